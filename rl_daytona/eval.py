@@ -1,0 +1,160 @@
+"""`rl-daytona eval`: run every task of a split `group` times and report pass rates.
+
+source (taskset split x group) -> dispatcher (bounded in-flight, round-robin over actors)
+-> sink (rollouts.jsonl appended and flushed per rollout, then summary.json).
+
+Invariant: every dispatched rollout is written to `rollouts.jsonl` exactly once, and the pool
+is shut down (every sandbox of the run deleted) whether the run ends well or not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import uuid
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from rl_daytona.backends import BackendSpec
+from rl_daytona.pool import PoolConfig
+from rl_daytona.rollout import ActorStats
+from rl_daytona.summary import render_table, summarize
+from rl_daytona.tasks import get_taskset
+from rl_daytona.types import Rollout, RolloutRequest, RolloutStatus, SandboxLimits, Settings
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    out: Path
+    taskset: str = "calc"
+    split: str | None = "heldout"
+    group: int = 8
+    max_concurrent: int = 64
+    backend: str = "local"
+    isolation: str = "bwrap"
+    policy: str = "builtin"
+    rollout_actors: int = 2
+    settings: Settings = field(default_factory=Settings)
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
+    pool: PoolConfig = field(default_factory=PoolConfig)
+    run_id: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("group", "max_concurrent", "rollout_actors"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+
+
+def requests_for(taskset: str, split: str | None, group: int, tag: str = "eval") -> list[RolloutRequest]:
+    """One group of `group` attempts per task instance of the split."""
+    instances = get_taskset(taskset).split(split)
+    return [RolloutRequest(rollout_id=f"{tag}-{inst.instance_id}-{a}", task_id=inst.instance_id,
+                           group_id=f"{tag}/{inst.instance_id}", attempt=a)
+            for inst in instances for a in range(group)]
+
+
+class RolloutSink:
+    """Appends each rollout to rollouts.jsonl as it completes, flushed, exactly once."""
+
+    def __init__(self, path: Path) -> None:
+        self._file = path.open("a", encoding="utf-8")
+        self._seen: set[str] = set()
+        self.rollouts: list[Rollout] = []
+
+    def add(self, rollout: Rollout) -> None:
+        if rollout.rollout_id in self._seen:
+            return
+        self._seen.add(rollout.rollout_id)
+        self.rollouts.append(rollout)
+        self._file.write(json.dumps(rollout.to_json()) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+async def dispatch(actors: list[Any], requests: list[RolloutRequest], max_concurrent: int,
+                   on_done: Any) -> None:
+    """Run every request on the actors with at most `max_concurrent` in flight."""
+    gate = asyncio.Semaphore(max_concurrent)
+
+    async def one(index: int, request: RolloutRequest) -> None:
+        async with gate:
+            on_done(await actors[index % len(actors)].run.remote(request))
+
+    await asyncio.gather(*(one(i, r) for i, r in enumerate(requests)))
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("pass {task.fields[rate]}"), TimeElapsedColumn(), console=console)
+
+
+async def _run(cfg: EvalConfig, policy_url: str, sink: RolloutSink, console: Console) -> dict[str, Any]:
+    from rl_daytona import runtime
+
+    requests = requests_for(cfg.taskset, cfg.split, cfg.group)
+    spec = BackendSpec(kind=cfg.backend, root=str(cfg.out / "sandboxes"), isolation=cfg.isolation,
+                       limits=cfg.limits)
+    settings = Settings(**{**asdict(cfg.settings), "policy_url": policy_url})
+    pool = runtime.start_pool(spec, cfg.run_id, cfg.pool)
+    reaped = await pool.start.remote()
+    await pool.set_demand.remote(len(requests))
+    per_actor = -(-cfg.max_concurrent // cfg.rollout_actors)
+    actors = runtime.start_rollout_actors(pool, spec, cfg.taskset, settings, cfg.rollout_actors, per_actor)
+    started = time.monotonic()
+    try:
+        with _progress(console) as progress:
+            bar = progress.add_task(f"eval {cfg.taskset}/{cfg.split}", total=len(requests), rate="-")
+
+            def done(rollout: Rollout) -> None:
+                sink.add(rollout)
+                scored = [r for r in sink.rollouts if r.status is not RolloutStatus.INFRA_ERROR]
+                rate = f"{sum(r.reward >= 1.0 for r in scored) / max(len(scored), 1):.0%}"
+                progress.update(bar, advance=1, rate=rate)
+
+            await dispatch(actors, requests, cfg.max_concurrent, done)
+        wall = time.monotonic() - started
+        actor_stats: list[ActorStats] = [await a.stats.remote() for a in actors]
+        for actor in actors:
+            await actor.close.remote()
+    finally:
+        pool_stats = await pool.shutdown.remote()
+    cpu = sum(s.sandbox_cpu_seconds for s in actor_stats)
+    return {"wall_seconds": wall, "rollouts_per_second": len(requests) / wall if wall else 0.0,
+            "sandbox_cpu_seconds": cpu, "cores": os.cpu_count() or 1,
+            "wall_over_cpu_floor": wall / (cpu / (os.cpu_count() or 1)) if cpu else None,
+            "pool": asdict(pool_stats), "orphans_reaped_at_start": reaped,
+            "actors": [asdict(s) for s in actor_stats]}
+
+
+def run_eval(cfg: EvalConfig, console: Console | None = None) -> dict[str, Any]:
+    """Run an eval end to end; writes summary.json and rollouts.jsonl under cfg.out."""
+    from rl_daytona import runtime
+    from rl_daytona.policy.launch import start_builtin_server
+
+    console = console or Console()
+    get_taskset(cfg.taskset).split(cfg.split)  # fail fast on a bad taskset or split
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    run_id = cfg.run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    cfg = EvalConfig(**{**cfg.__dict__, "run_id": run_id})
+    runtime.ensure_ray()
+    with ExitStack() as stack:
+        url = cfg.policy
+        if cfg.policy == "builtin":
+            url = stack.enter_context(start_builtin_server()).url
+        sink = RolloutSink(cfg.out / "rollouts.jsonl")
+        stack.callback(sink.close)
+        extra = asyncio.run(_run(cfg, url, sink, console))
+    summary = summarize(sink.rollouts, run_id=run_id, taskset=cfg.taskset, split=cfg.split,
+                        group=cfg.group, policy=cfg.policy, backend=cfg.backend, **extra)
+    (cfg.out / "summary.json").write_text(json.dumps(summary, indent=2))
+    console.print(render_table(summary, f"{cfg.taskset} / {cfg.split} (group {cfg.group})"))
+    return summary

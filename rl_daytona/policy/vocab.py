@@ -1,0 +1,174 @@
+"""The built-in policy's fixed vocabulary: command pieces, role markers, then 256 byte tokens.
+
+Invariant: ids never change meaning. Piece ids come first (in the order of the tables below),
+byte `b` is token `BYTE_OFFSET + b`. A completion only ever holds piece ids; everything the
+policy reads but did not write (system/user/tool text) is byte tokens after a role marker.
+Every piece has one fixed text, so a completion's command text is the concatenation of its
+pieces' texts.
+
+Edit fragments come twice: as `old:` pieces (rendered as a GNU sed BRE that matches the
+fragment as a whole word/operator) and as `new:` pieces (rendered as a sed replacement).
+`FRAGMENT_REGEX[f]` is the Python regex with exactly the sed pattern's meaning, so the policy
+can replay its own edits on the source it has seen.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+SPECIALS: tuple[str, ...] = ("<|system|>", "<|user|>", "<|assistant|>", "<|tool|>", "<eoc>", "<submit>")
+
+# Verbs: the first piece of every command (besides <submit>).
+PYTEST_VERBS: tuple[str, ...] = (
+    "python -m pytest -q --tb=no",
+    "python -m pytest -q",
+    "python -m pytest -q -x",
+)
+FILE_VIEW_VERBS: tuple[str, ...] = ("cat ", "nl -ba ", "grep -n 'def ' ", "grep -n 'return' ")
+COUNT_VIEW_VERBS: tuple[str, ...] = ("head -n ", "tail -n ")
+RANGE_VIEW_VERB = "sed -n '"
+EDIT_VERB = "sed -i '"
+VERBS: tuple[str, ...] = PYTEST_VERBS + FILE_VIEW_VERBS + COUNT_VIEW_VERBS + (RANGE_VIEW_VERB, EDIT_VERB)
+
+FILES: tuple[str, ...] = ("calc.py", "test_calc.py")
+MAX_LINE = 200
+LINES: tuple[str, ...] = tuple(str(i) for i in range(1, MAX_LINE + 1))
+# Fixed glue between the choices of a command.
+GLUE: tuple[str, ...] = (" ", ",", "p' ", "s/", "/")
+EDIT_FLAGS: tuple[str, ...] = ("/' calc.py", "/g' calc.py")
+EDIT_SUFFIXES: tuple[str, ...] = (" && python -m pytest -q --tb=no",)
+
+# Fragments of small numeric Python code an edit can replace, grouped by kind.
+FRAGMENT_KINDS: dict[str, tuple[str, ...]] = {
+    "compare": (" < ", " <= ", " > ", " >= ", " == ", " != "),
+    "arith": (" + ", " - ", " * ", " / ", " // ", " % ", " ** "),
+    "augassign": (" += ", " -= ", " *= ", " /= "),
+    "logic": (" and ", " or ", "not ", " in ", " not in ", " is ", " is not "),
+    "int": ("0", "1", "2", "3", "4", "5", "10", "100", "-1"),
+    "float": ("0.0", "0.5", "1.0", "2.0", "1e-9"),
+    "const": ("True", "False", "None"),
+    "builtin": ("min", "max", "sum", "abs", "len", "round", "int", "float", "sorted"),
+    "name": ("n", "i", "x", "xs", "lo", "hi", "mid", "total", "count", "result"),
+    "expr": ("n - 1", "n + 1", "n - 2", "n // 2", "n / 2", "i - 1", "i + 1",
+             "len(xs)", "len(xs) - 1", "len(xs) + 1", "len(xs) // 2"),
+    "index": ("[0]", "[-1]", "[1]", "[-2]", "[1:]", "[:-1]", "[i]", "[i - 1]", "[i + 1]",
+              "[mid]", "[mid - 1]", "[n // 2]", "[n // 2 - 1]"),
+    "range": ("range(n)", "range(1, n)", "range(n + 1)", "range(2, n)", "range(1, n + 1)",
+              "range(len(xs))", "range(1, len(xs))"),
+}
+FRAGMENTS: tuple[str, ...] = tuple(f for kind in FRAGMENT_KINDS.values() for f in kind)
+FRAGMENT_KIND: tuple[str, ...] = tuple(k for k, frags in FRAGMENT_KINDS.items() for _ in frags)
+KINDS: tuple[str, ...] = tuple(FRAGMENT_KINDS)
+
+
+def _word_bounded(fragment: str, body: str) -> str:
+    """Wrap `body` in word boundaries where the fragment starts/ends with a word character."""
+    left = r"\b" if re.match(r"\w", fragment) else ""
+    right = r"\b" if re.search(r"\w$", fragment) else ""
+    return f"{left}{body}{right}"
+
+
+def sed_pattern(fragment: str) -> str:
+    """The fragment as a GNU sed BRE (delimiter '/') matching it as a whole token."""
+    body = re.sub(r"([.\[\]*^$\\/])", r"\\\1", fragment)
+    return _word_bounded(fragment, body)
+
+
+def sed_replacement(fragment: str) -> str:
+    """The fragment as a sed replacement text (delimiter '/')."""
+    return re.sub(r"([\\&/])", r"\\\1", fragment)
+
+
+def python_regex(fragment: str) -> str:
+    """The Python regex meaning exactly what `sed_pattern(fragment)` means."""
+    return _word_bounded(fragment, re.escape(fragment))
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One vocabulary entry: its id, its rendered text and what kind of choice it is."""
+
+    id: int
+    text: str
+    kind: str  # special | verb | file | line | glue | old | new | flag | suffix | byte
+    name: str
+
+
+def _build_pieces() -> tuple[Piece, ...]:
+    table: list[tuple[str, str, str]] = []
+    table += [("special", "" if s in ("<eoc>",) else s, s) for s in SPECIALS]
+    table += [("verb", v, v) for v in VERBS]
+    table += [("file", f, f) for f in FILES]
+    table += [("line", s, s) for s in LINES]
+    table += [("glue", g, g) for g in GLUE]
+    table += [("old", sed_pattern(f), f"old:{f}") for f in FRAGMENTS]
+    table += [("new", sed_replacement(f), f"new:{f}") for f in FRAGMENTS]
+    table += [("flag", f, f) for f in EDIT_FLAGS]
+    table += [("suffix", s, s) for s in EDIT_SUFFIXES]
+    return tuple(Piece(i, text, kind, name) for i, (kind, text, name) in enumerate(table))
+
+
+PIECES: tuple[Piece, ...] = _build_pieces()
+BYTE_OFFSET: int = len(PIECES)
+VOCAB_SIZE: int = BYTE_OFFSET + 256
+_BY_NAME: dict[str, int] = {p.name: p.id for p in PIECES}
+
+
+def piece_id(name: str) -> int:
+    """The id of a piece by name (`'cat '`, `'17'`, `'old: < '`, `'<submit>'`...)."""
+    return _BY_NAME[name]
+
+
+def ids_of(kind: str) -> tuple[int, ...]:
+    """Ids of every piece of one kind, in vocabulary order."""
+    return tuple(p.id for p in PIECES if p.kind == kind)
+
+
+def token_text(token_id: int) -> str:
+    """Readable text of any token (a byte token shows as its latin-1 character)."""
+    if token_id >= BYTE_OFFSET:
+        return bytes([token_id - BYTE_OFFSET]).decode("latin-1")
+    return PIECES[token_id].text if PIECES[token_id].kind != "special" else PIECES[token_id].name
+
+
+def token_bytes(token_id: int) -> list[int]:
+    """UTF-8 bytes of a token as OpenAI's logprobs `bytes` field wants them."""
+    if token_id >= BYTE_OFFSET:
+        return [token_id - BYTE_OFFSET]
+    return list(token_text(token_id).encode("utf-8"))
+
+
+def encode_bytes(text: str) -> list[int]:
+    """Byte-level token ids of a text (UTF-8)."""
+    return [BYTE_OFFSET + b for b in text.encode("utf-8")]
+
+
+def decode_bytes(token_ids: list[int] | tuple[int, ...]) -> str:
+    """Text of a run of byte tokens (ids below BYTE_OFFSET are skipped)."""
+    raw = bytes(t - BYTE_OFFSET for t in token_ids if t >= BYTE_OFFSET)
+    return raw.decode("utf-8", errors="replace")
+
+
+SYSTEM, USER, ASSISTANT, TOOL, EOC, SUBMIT = (piece_id(s) for s in SPECIALS)
+ROLE_MARKERS: dict[str, int] = {"system": SYSTEM, "user": USER, "assistant": ASSISTANT, "tool": TOOL}
+OLD_IDS: tuple[int, ...] = ids_of("old")
+NEW_IDS: tuple[int, ...] = ids_of("new")
+LINE_IDS: tuple[int, ...] = ids_of("line")
+FRAGMENT_REGEX: tuple[re.Pattern[str], ...] = tuple(re.compile(python_regex(f)) for f in FRAGMENTS)
+
+
+def fragment_of(token_id: int) -> int:
+    """Fragment index of an `old:`/`new:` piece."""
+    if token_id in _OLD_INDEX:
+        return _OLD_INDEX[token_id]
+    return _NEW_INDEX[token_id]
+
+
+def line_of(token_id: int) -> int:
+    """The line number a line piece stands for."""
+    return token_id - LINE_IDS[0] + 1
+
+
+_OLD_INDEX = {t: i for i, t in enumerate(OLD_IDS)}
+_NEW_INDEX = {t: i for i, t in enumerate(NEW_IDS)}

@@ -1,0 +1,89 @@
+"""A scripted OpenAI-compatible chat endpoint, for replies no real model gives on demand.
+
+It speaks the real wire protocol (the `openai` client parses its answers) and replays a list
+of canned choices: tool calls with broken JSON, empty content, huge answers, token ids that
+break the prefix property. Each request's body is kept for assertions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass
+class Reply:
+    command: str | None = None          # a bash tool call with this command
+    raw_arguments: str | None = None    # tool-call arguments sent verbatim (e.g. broken JSON)
+    content: str | None = None          # a plain answer (ends the loop)
+    token_ids: list[int] | None = field(default=None)
+    prompt_token_ids: list[int] | None = None
+    status: int = 200
+
+
+def _choice(reply: Reply, index: int) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.command is not None or reply.raw_arguments is not None:
+        args = reply.raw_arguments if reply.raw_arguments is not None else json.dumps({"command": reply.command})
+        message["tool_calls"] = [{"id": f"call_{index}", "type": "function",
+                                  "function": {"name": "bash", "arguments": args}}]
+    ids = reply.token_ids if reply.token_ids is not None else [1000 + index]
+    return {"index": 0, "message": message, "finish_reason": "tool_calls" if "tool_calls" in message else "stop",
+            "logprobs": {"content": [{"token": str(t), "logprob": -0.5, "bytes": [], "top_logprobs": []} for t in ids]},
+            "token_ids": ids}
+
+
+class ScriptedLLM:
+    """Serves `replies` in order on a background thread; `url` is the /v1 base URL."""
+
+    def __init__(self, replies: list[Reply]) -> None:
+        self.replies, self.requests = list(replies), []  # type: ignore[var-annotated]
+        self._prompt: list[int] = []
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self.url = ""
+
+    def __enter__(self) -> "ScriptedLLM":
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+    async def _complete(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.requests.append(body)
+        index = len(self.requests) - 1
+        reply = self.replies[min(index, len(self.replies) - 1)]
+        if reply.status != 200:
+            return web.json_response({"error": {"message": "scripted failure"}}, status=reply.status)
+        choice = _choice(reply, index)
+        prompt = reply.prompt_token_ids if reply.prompt_token_ids is not None else self._prompt + [7, 7]
+        self._prompt = prompt + choice["token_ids"]
+        return web.json_response({"id": f"cmpl-{index}", "object": "chat.completion", "created": 0,
+                                  "model": body.get("model", "scripted"), "choices": [choice],
+                                  "prompt_token_ids": prompt, "system_fingerprint": "scripted-v3"})
+
+    def _serve(self) -> None:
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._complete)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}/v1"
+        self._ready.set()
+        await self._stop.wait()
+        await runner.cleanup()

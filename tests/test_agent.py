@@ -1,0 +1,83 @@
+"""The agent loop against OpenAI-compatible endpoints that misbehave in scripted ways."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import openai
+import pytest
+
+from rl_daytona.agent import AgentError, TokenTrajectory, run_agent, truncate_output
+from rl_daytona.backends.local import LocalBackend
+from rl_daytona.types import Settings
+from tests.fakes.scripted_llm import Reply, ScriptedLLM
+
+
+def _run(replies: list[Reply], tmp_path: Path, **settings: object) -> tuple[object, ScriptedLLM]:
+    async def go(llm: ScriptedLLM) -> object:
+        backend = LocalBackend(tmp_path / "sb")
+        sandbox = await backend.create("agent-test")
+        await backend.write_files(sandbox, {"hello.txt": "hi there\n"})
+        client = openai.AsyncOpenAI(base_url=llm.url, api_key="none", max_retries=0)
+        try:
+            return await run_agent(client, backend, sandbox, "say hi", Settings(**settings))  # type: ignore[arg-type]
+        finally:
+            await client.close()
+            await backend.delete(sandbox)
+
+    with ScriptedLLM(replies) as llm:
+        return asyncio.run(go(llm)), llm
+
+
+def test_tool_output_reaches_the_model_and_tokens_are_stored_once(tmp_path: Path) -> None:
+    traj, llm = _run([Reply(command="cat hello.txt"), Reply(content="done")], tmp_path)
+    tool_message = llm.requests[1]["messages"][-1]
+    assert tool_message["role"] == "tool" and "hi there" in tool_message["content"]
+    assert "[exit code 0]" in tool_message["content"]
+    assert llm.requests[0]["return_token_ids"] is True and llm.requests[0]["logprobs"] is True
+    # turn 1: prompt [7,7] + sampled [1000]; turn 2: prompt grows by [7,7], sampled [1001]
+    assert traj.token_ids == (7, 7, 1000, 7, 7, 1001)
+    assert traj.loss_mask == (0, 0, 1, 0, 0, 1)
+    assert traj.logprobs == (0.0, 0.0, -0.5, 0.0, 0.0, -0.5)
+    assert traj.turns == 2 and traj.finish_reason == "stop" and traj.policy_version == 3
+
+
+def test_broken_tool_json_is_answered_with_an_error_and_the_loop_goes_on(tmp_path: Path) -> None:
+    traj, llm = _run([Reply(raw_arguments='{"command": "ls'), Reply(content="")], tmp_path)
+    assert "not valid JSON" in llm.requests[1]["messages"][-1]["content"]
+    assert traj.finish_reason == "stop"
+
+
+def test_turn_limit_ends_the_loop(tmp_path: Path) -> None:
+    traj, llm = _run([Reply(command="true")], tmp_path, max_turns=3)
+    assert traj.turns == 3 and traj.finish_reason == "max_turns" and len(llm.requests) == 3
+
+
+def test_huge_output_is_truncated_for_the_model(tmp_path: Path) -> None:
+    traj, llm = _run([Reply(command="seq 1 200000"), Reply(content="ok")], tmp_path, output_limit=2000)
+    content = llm.requests[1]["messages"][-1]["content"]
+    assert len(content) < 2300 and "characters cut" in content
+
+
+def test_broken_prefix_is_an_agent_error_not_a_retokenisation(tmp_path: Path) -> None:
+    replies = [Reply(command="true"), Reply(content="x", prompt_token_ids=[9, 9, 9])]
+    with pytest.raises(AgentError, match="prefix"):
+        _run(replies, tmp_path)
+
+
+def test_endpoint_failure_is_an_agent_error(tmp_path: Path) -> None:
+    with pytest.raises(AgentError, match="policy endpoint failed"):
+        _run([Reply(status=500)], tmp_path)
+
+
+def test_endpoint_without_token_ids_still_evaluates() -> None:
+    tokens = TokenTrajectory()
+    tokens.add_turn(None, None, [])
+    assert tokens.available is False
+
+
+def test_truncate_keeps_head_and_tail() -> None:
+    text = "a" * 100 + "b" * 100
+    cut = truncate_output(text, 50)
+    assert cut.startswith("a" * 25) and cut.endswith("b" * 25) and "150 characters cut" in cut
