@@ -2,8 +2,9 @@
 
 Invariant: a sandboxed command sees a read-only tmpfs root holding only /usr, the Python
 install, a curated handful of /etc files, private /dev, /proc and size-capped /tmp and
-/dev/shm, and `/workspace` as its only writable host path; it runs as uid 1000 in fresh user,
-pid, net, ipc, uts and cgroup namespaces with a clean environment, and it dies with its bwrap.
+/dev/shm, and `/workspace` as its only writable host path; it runs as uid 1000 (never host
+root, so RLIMIT_NPROC binds, counted per command) in fresh user, pid, net, ipc, uts and cgroup
+namespaces with a clean environment and no capabilities, and it dies with its bwrap.
 `run_limited` always returns an outcome for a command that ran; it raises only when the
 process could not be started.
 """
@@ -11,6 +12,7 @@ process could not be started.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import resource
 import signal
@@ -18,15 +20,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Mapping
 
 from rl_daytona.backends.base import WORKSPACE, IsolationUnavailableError
 from rl_daytona.types import SandboxLimits
 
 _MB = 1024 * 1024
+HOST_ID = 1_000_000  # as root: the host uid/gid of sandbox processes (never root: NPROC)
+_PID1 = ["sh", "-c", '"$@"; exit $?', "sh"]  # pid 1 forks the command; its CPU time reaches us
 OUTPUT_KILL_FACTOR = 16  # a command producing 16x the output cap is killed (limit "output")
 _DRAIN_GRACE = 1.0  # seconds to wait for pipes after the command exited
 _ETC_FILES = ("alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime",
@@ -85,27 +89,33 @@ def clean_env(path: str, home: str, extra: Mapping[str, str] | None) -> dict[str
 
 
 def bwrap_argv(bwrap: str, view: WorkspaceView, python: PythonLayout, limits: SandboxLimits, *,
-               env: Mapping[str, str], cwd: str, etc_fds: Mapping[str, int],
-               command: list[str]) -> list[str]:
+               env: Mapping[str, str], cwd: str, launch: Launch, command: list[str]) -> list[str]:
     """The full bwrap command line for `command` (see the module invariant)."""
-    argv = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--uid", "1000",
-            "--gid", "1000", "--hostname", "sandbox", "--die-with-parent", "--new-session",
-            "--clearenv"]
+    argv = [bwrap, "--unshare-all", "--as-pid-1", "--hostname", "sandbox", "--die-with-parent",
+            "--new-session", "--clearenv", *launch.user_args()]
     for key, value in env.items():
         argv += ["--setenv", key, value]
     argv += ["--tmpfs", "/", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
              "--symlink", "usr/sbin", "/sbin", "--symlink", "usr/lib", "/lib"]
     if os.path.isdir("/usr/lib64"):
         argv += ["--symlink", "usr/lib64", "/lib64"]
+    argv += _parent_dirs([*python.prefixes, "/etc/x", *(d for _, d in view.extra_binds)])
     for prefix in python.prefixes:
         argv += ["--ro-bind", prefix, prefix]
-    argv += _etc_args(etc_fds)
+    argv += _etc_args(launch.etc_fds)
     tmp_bytes = str(limits.workspace_mb * _MB)
-    argv += ["--dev", "/dev", "--size", tmp_bytes, "--tmpfs", "/dev/shm", "--proc", "/proc",
-             "--size", tmp_bytes, "--tmpfs", "/tmp"]
+    argv += ["--dev", "/dev", "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/dev/shm",
+             "--proc", "/proc", "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp"]
     argv += _workspace_args(view)
-    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", cwd, *command]
-    return argv
+    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", cwd]
+    return argv + launch.drop_to_sandbox_user() + _PID1 + command
+
+
+def _parent_dirs(paths: list[str]) -> list[str]:
+    """World-readable parents for bind targets (bwrap would copy e.g. /root's mode 700)."""
+    parents = sorted({str(p) for path in paths for p in Path(path).parents if str(p) != "/"},
+                     key=len)
+    return [a for parent in parents for a in ("--perms", "0755", "--dir", parent)]
 
 
 def _etc_args(etc_fds: Mapping[str, int]) -> list[str]:
@@ -114,7 +124,7 @@ def _etc_args(etc_fds: Mapping[str, int]) -> list[str]:
         if os.path.exists(f"/etc/{name}"):
             args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
     for dest, fd in etc_fds.items():
-        args += ["--ro-bind-data", str(fd), dest]
+        args += ["--perms", "0644", "--ro-bind-data", str(fd), dest]
     return args
 
 
@@ -129,20 +139,114 @@ def _workspace_args(view: WorkspaceView) -> list[str]:
     return args
 
 
-@contextmanager
-def etc_pipes() -> Iterator[dict[str, int]]:
-    """Read ends of pipes holding the synthetic /etc files (closed on exit)."""
-    fds: dict[str, int] = {}
-    try:
+def sandbox_host_id() -> int | None:
+    """The host uid/gid sandbox processes run as when we are root (None: our own uid)."""
+    return HOST_ID if os.geteuid() == 0 else None
+
+
+class Launch:
+    """The fds one bwrap launch needs: synthetic /etc files and, as root, the userns handshake.
+
+    As root, bwrap's own mapping would make the sandbox user host root, for which the kernel
+    skips RLIMIT_NPROC. So we write the maps ourselves (uid/gid 1000 -> HOST_ID, 0 -> 0 for
+    setup only) while bwrap waits on --userns-block-fd; setpriv then drops to 1000, no caps.
+    """
+
+    def __init__(self) -> None:
+        self.host_id = sandbox_host_id()
+        self.etc_fds: dict[str, int] = {}
+        self._own: list[int] = []
         for dest, data in _ETC_DATA.items():
-            read_end, write_end = os.pipe()
-            fds[dest] = read_end
-            os.write(write_end, data)  # tiny: always fits the pipe buffer
-            os.close(write_end)
-        yield fds
-    finally:
-        for fd in fds.values():
+            self.etc_fds[dest] = self._pipe(data)
+        if self.host_id is not None:
+            self._info_r, self._info_w = self._pair()
+            self._block_r, self._block_w = self._pair()
+
+    def _pair(self) -> tuple[int, int]:
+        read_end, write_end = os.pipe()
+        self._own += [read_end, write_end]
+        return read_end, write_end
+
+    def _pipe(self, data: bytes) -> int:
+        read_end, write_end = os.pipe()
+        os.write(write_end, data)  # tiny: always fits the pipe buffer
+        os.close(write_end)
+        self._own.append(read_end)
+        return read_end
+
+    def user_args(self) -> list[str]:
+        if self.host_id is None:
+            return ["--unshare-user", "--disable-userns", "--uid", "1000", "--gid", "1000"]
+        return ["--unshare-user", "--info-fd", str(self._info_w), "--userns-block-fd",
+                str(self._block_r), "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+
+    def drop_to_sandbox_user(self) -> list[str]:
+        if self.host_id is None:
+            return []
+        return ["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", "--inh-caps=-all",
+                "--bounding-set=-all", "--no-new-privs", "--"]
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        extra = () if self.host_id is None else (self._info_w, self._block_r)
+        return (*self.etc_fds.values(), *extra)
+
+    def spawned(self) -> None:
+        """Close our copies of the child's ends (so EOF means bwrap went away)."""
+        for fd in self.pass_fds:
+            self._close(fd)
+
+    async def handshake(self, timeout: float = 30.0) -> None:
+        if self.host_id is not None:
+            info = await asyncio.wait_for(_read_until_eof(self._info_r), timeout)
+            self._finish(info)
+
+    def handshake_blocking(self) -> None:
+        if self.host_id is not None:
+            with os.fdopen(os.dup(self._info_r), "rb") as info:
+                self._finish(info.read())
+
+    def _finish(self, info: bytes) -> None:
+        if info.strip():  # empty: bwrap failed before cloning; its stderr tells why
+            pid = json.loads(info)["child-pid"]
+            for name in ("uid_map", "gid_map"):
+                Path(f"/proc/{pid}/{name}").write_text(f"0 0 1\n1000 {self.host_id} 1\n")
+        self._close(self._block_w)  # EOF on the block fd releases bwrap
+
+    def _close(self, fd: int) -> None:
+        if fd in self._own:
+            self._own.remove(fd)
             os.close(fd)
+
+    def close(self) -> None:
+        for fd in list(self._own):
+            self._close(fd)
+
+    def __enter__(self) -> Launch:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+async def _read_until_eof(fd: int) -> bytes:
+    """Read a pipe to EOF without blocking the loop (bwrap closes --info-fd after writing)."""
+    loop, chunks = asyncio.get_running_loop(), []
+    os.set_blocking(fd, False)
+    while True:
+        ready = loop.create_future()
+        loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+        try:
+            await ready
+        finally:
+            loop.remove_reader(fd)
+        try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
 
 
 def check_bwrap(bwrap: str, python: PythonLayout) -> None:
@@ -157,22 +261,25 @@ def check_bwrap(bwrap: str, python: PythonLayout) -> None:
 
 
 def _smoke_test(bwrap: str, python: PythonLayout) -> str | None:
-    with tempfile.TemporaryDirectory(prefix="rl-daytona-bwrap-") as tmp:
-        dirs = [Path(tmp, name) for name in ("lower", "upper", "work")]
-        for path in dirs:
+    with tempfile.TemporaryDirectory(prefix="rl-daytona-bwrap-") as tmp, Launch() as launch:
+        view = WorkspaceView(Path(tmp, "upper"), (Path(tmp, "lower"),), Path(tmp, "work"))
+        for path in (view.upper, view.work, *view.lowers):
             path.mkdir()
-        view = WorkspaceView(upper=dirs[1], lowers=(dirs[0],), work=dirs[2])
-        with etc_pipes() as fds:
-            argv = bwrap_argv(bwrap, view, python, SandboxLimits(), env={}, cwd=WORKSPACE,
-                              etc_fds=fds, command=["true"])
-            try:
-                done = subprocess.run(argv, capture_output=True, text=True, timeout=30,
-                                      pass_fds=tuple(fds.values()), env={})
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                return f"{type(exc).__name__}: {exc}"
-    if done.returncode == 0:
-        return None
-    return done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
+            if launch.host_id is not None:
+                os.chown(path, launch.host_id, launch.host_id)
+        argv = bwrap_argv(bwrap, view, python, SandboxLimits(), env={}, cwd=WORKSPACE,
+                          launch=launch, command=["touch", f"{WORKSPACE}/ok"])
+        try:
+            proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    pass_fds=launch.pass_fds, env={}, text=True)
+            launch.spawned()
+            launch.handshake_blocking()
+            _, stderr = proc.communicate(timeout=30)
+        except (OSError, ValueError, subprocess.TimeoutExpired) as exc:
+            return f"{type(exc).__name__}: {exc}"
+        if proc.returncode == 0 and Path(tmp, "upper", "ok").exists():
+            return None
+    return stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {proc.returncode}"
 
 
 @dataclass(frozen=True)
@@ -221,21 +328,35 @@ class _Capture:
 
 async def run_limited(argv: list[str], *, limits: SandboxLimits, timeout: float,
                       stdin: bytes | None, output_cap: int, env: Mapping[str, str],
-                      cwd: str | None = None, pass_fds: tuple[int, ...] = (),
-                      nproc: bool = True, running: set[int] | None = None) -> RunOutcome:
+                      cwd: str | None = None,
+                      nproc: bool = True, running: set[int] | None = None,
+                      launch: Launch | None = None) -> RunOutcome:
     """Run `argv` in its own session under the limits; kill it all at the deadline."""
     started = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
         *argv, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(env), cwd=cwd,
-        pass_fds=pass_fds, start_new_session=True, preexec_fn=limit_setter(limits, nproc=nproc))
+        pass_fds=launch.pass_fds if launch else (), start_new_session=True,
+        preexec_fn=limit_setter(limits, nproc=nproc))
     if running is not None:
         running.add(proc.pid)
     try:
+        if launch is not None:
+            launch.spawned()
+            await _handshake(launch, proc)
         return await _supervise(proc, started, timeout, stdin, output_cap)
     finally:
         if running is not None:
             running.discard(proc.pid)
+
+
+async def _handshake(launch: Launch, proc: asyncio.subprocess.Process) -> None:
+    try:
+        await launch.handshake()
+    except (OSError, ValueError, KeyError, TimeoutError) as exc:
+        kill_now(proc.pid)
+        await proc.wait()
+        raise OSError(f"bwrap user-namespace handshake failed: {exc!r}") from exc
 
 
 async def _supervise(proc: asyncio.subprocess.Process, started: float, timeout: float,
