@@ -76,7 +76,7 @@ def render_table(summary: dict[str, Any], title: str) -> Table:
     table = Table(title=title)
     for name, justify in (("task", "left"), ("passes/attempts", "right"), ("pass rate", "right"),
                           ("spread (std)", "right"), ("attempts", "left")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, no_wrap=name == "task")  # type: ignore[arg-type]
     for task_id, row in summary["per_task"].items():
         table.add_row(task_id, f"{row['passes']}/{row['attempts']}", f"{row['pass_rate']:.0%}",
                       f"{row['reward_std']:.2f}", _glyphs(row["rewards"]))

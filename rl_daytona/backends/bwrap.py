@@ -99,13 +99,15 @@ def bwrap_argv(bwrap: str, view: WorkspaceView, python: PythonLayout, limits: Sa
              "--symlink", "usr/sbin", "/sbin", "--symlink", "usr/lib", "/lib"]
     if os.path.isdir("/usr/lib64"):
         argv += ["--symlink", "usr/lib64", "/lib64"]
+    tmp_bytes = str(limits.workspace_mb * _MB)
+    # /tmp first: a Python prefix under the host's /tmp (a CI clone) is bound on top of it
+    argv += ["--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp"]
     argv += _parent_dirs([*python.prefixes, "/etc/x", *(d for _, d in view.extra_binds)])
     for prefix in python.prefixes:
         argv += ["--ro-bind", prefix, prefix]
     argv += _etc_args(launch.etc_fds)
-    tmp_bytes = str(limits.workspace_mb * _MB)
     argv += ["--dev", "/dev", "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/dev/shm",
-             "--proc", "/proc", "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp"]
+             "--proc", "/proc"]
     argv += _workspace_args(view)
     argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", cwd]
     return argv + launch.drop_to_sandbox_user() + _PID1 + command
