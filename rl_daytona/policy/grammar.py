@@ -1,16 +1,18 @@
 """The command grammar: which piece may come next, so every completion is a valid command.
 
 Invariant: `allowed(state)` depends only on the pieces of the completion so far, and every
-path from `START` to `DONE` renders a valid shell command (or `<submit>`). Rendering is
+path from `START` to `DONE` renders a valid shell command (or is `<submit>`). Rendering is
 injective on complete commands, so `parse_command(render(ids)) == ids`.
 
-Commands:
+Commands (every one but <submit> ends with the empty piece <eoc>):
     <submit>
-    python -m pytest -q [--tb=no | -x]                           <eoc>
-    (cat | nl -ba | grep -n 'def ' | grep -n 'return') FILE      <eoc>
-    (head -n | tail -n) N ' ' FILE                               <eoc>
-    sed -n 'A,Bp' FILE           (B >= A)                        <eoc>
-    sed -i 'Ls/OLD/NEW(/|/g)' calc.py [&& python -m pytest ...]  <eoc>   (NEW != OLD)
+    python -m pytest -q [--tb=no | -x]
+    nl -ba calc.py; python -m pytest -q --tb=no
+    (cat | nl -ba | grep -n 'def ' | grep -n 'return') FILE
+    (head -n | tail -n) N ' ' FILE
+    sed -n 'A,Bp' FILE                                   (B >= A)
+    sed -i 'L1s/O1/N1/[2|g];L2s/O2/N2/[2|g]...' calc.py [&& python -m pytest -q --tb=no]
+                                       (1..MAX_SUBSTITUTIONS substitutions, each N != O)
 """
 
 from __future__ import annotations
@@ -20,12 +22,16 @@ from dataclasses import dataclass, replace
 from rl_daytona.policy import vocab as V
 
 _ID = V.piece_id
-_PYTEST = frozenset(_ID(v) for v in V.PYTEST_VERBS)
-_FILE_VIEW = frozenset(_ID(v) for v in V.FILE_VIEW_VERBS)
-_COUNT_VIEW = frozenset(_ID(v) for v in V.COUNT_VIEW_VERBS)
+PYTEST_IDS = frozenset(_ID(v) for v in V.PYTEST_VERBS)
+LOOK_ID = _ID(V.LOOK_VERB)
+FILE_VIEW_IDS = frozenset(_ID(v) for v in V.FILE_VIEW_VERBS)
+COUNT_VIEW_IDS = frozenset(_ID(v) for v in V.COUNT_VIEW_VERBS)
+RANGE_VIEW_ID = _ID(V.RANGE_VIEW_VERB)
+EDIT_ID = _ID(V.EDIT_VERB)
 VERB_CHOICES: tuple[int, ...] = (V.SUBMIT,) + tuple(_ID(v) for v in V.VERBS)
 FILE_IDS: tuple[int, ...] = V.ids_of("file")
 FLAG_IDS: tuple[int, ...] = V.ids_of("flag")
+MORE_ID, CLOSE_ID = V.ids_of("sep")
 SUFFIX_CHOICES: tuple[int, ...] = (V.EOC,) + V.ids_of("suffix")
 
 
@@ -37,18 +43,19 @@ class GrammarState:
     verb: int = -1
     line: int = -1
     old: int = -1
+    subs: int = 0
 
 
 START = GrammarState()
 DONE = GrammarState(slot="done")
 
-# slot -> (fixed successor slot after any allowed piece) for the simple slots
 _NEXT = {
     "count": "space", "space": "file", "file": "end", "range_a": "comma", "comma": "range_b",
     "range_b": "p", "p": "file", "edit_line": "s", "s": "old", "old": "slash", "slash": "new",
-    "new": "flag", "flag": "suffix", "end": "done",
+    "new": "flag", "flag": "sep", "end": "done",
 }
 _GLUE = {"space": " ", "comma": ",", "p": "p' ", "s": "s/", "slash": "/"}
+_LINE_SLOTS = ("count", "range_a", "edit_line")
 
 
 def allowed(state: GrammarState) -> tuple[int, ...]:
@@ -56,50 +63,52 @@ def allowed(state: GrammarState) -> tuple[int, ...]:
     slot = state.slot
     if slot == "verb":
         return VERB_CHOICES
-    if slot in ("count", "range_a", "edit_line"):
+    if slot in _LINE_SLOTS:
         return V.LINE_IDS
     if slot == "range_b":
         return V.LINE_IDS[state.line - 1:]
     if slot in _GLUE:
         return (_ID(_GLUE[slot]),)
-    chooser = _SLOT_CHOICES.get(slot)
-    return chooser(state) if chooser else ()
+    if slot == "new":
+        return _NEW_CHOICES[V.fragment_of(state.old)]
+    if slot == "sep":
+        return (MORE_ID, CLOSE_ID) if state.subs < V.MAX_SUBSTITUTIONS else (CLOSE_ID,)
+    return _FIXED_CHOICES.get(slot, ())
 
 
-def _new_choices(state: GrammarState) -> tuple[int, ...]:
-    old_fragment = V.fragment_of(state.old)
-    return tuple(t for t in V.NEW_IDS if V.fragment_of(t) != old_fragment)
-
-
-_SLOT_CHOICES = {
-    "file": lambda s: FILE_IDS, "old": lambda s: V.OLD_IDS, "new": _new_choices,
-    "flag": lambda s: FLAG_IDS, "suffix": lambda s: SUFFIX_CHOICES, "end": lambda s: (V.EOC,),
-}
+_NEW_CHOICES = tuple(tuple(t for t in V.NEW_IDS if V.fragment_of(t) != f) for f in range(len(V.FRAGMENTS)))
+_FIXED_CHOICES = {"file": FILE_IDS, "old": V.OLD_IDS, "flag": FLAG_IDS, "suffix": SUFFIX_CHOICES,
+                  "end": (V.EOC,)}
 
 
 def advance(state: GrammarState, token: int) -> GrammarState:
     """The state after appending `token` (which must be allowed)."""
-    if state.slot == "verb":
+    slot = state.slot
+    if slot == "verb":
         return _after_verb(token)
-    if state.slot in ("range_a", "edit_line"):
-        return replace(state, slot=_NEXT[state.slot], line=V.line_of(token))
-    if state.slot == "old":
+    if slot in ("range_a", "edit_line"):
+        return replace(state, slot=_NEXT[slot], line=V.line_of(token))
+    if slot == "old":
         return replace(state, slot="slash", old=token)
-    if state.slot == "suffix":
+    if slot == "flag":
+        return replace(state, slot="sep", subs=state.subs + 1)
+    if slot == "sep":
+        return replace(state, slot="edit_line" if token == MORE_ID else "suffix")
+    if slot == "suffix":
         return DONE if token == V.EOC else replace(state, slot="end")
-    return replace(state, slot=_NEXT[state.slot]) if _NEXT[state.slot] != "done" else DONE
+    return DONE if _NEXT[slot] == "done" else replace(state, slot=_NEXT[slot])
 
 
 def _after_verb(token: int) -> GrammarState:
     if token == V.SUBMIT:
         return DONE
-    if token in _PYTEST:
+    if token in PYTEST_IDS or token == LOOK_ID:
         slot = "end"
-    elif token in _FILE_VIEW:
+    elif token in FILE_VIEW_IDS:
         slot = "file"
-    elif token in _COUNT_VIEW:
+    elif token in COUNT_VIEW_IDS:
         slot = "count"
-    elif token == _ID(V.RANGE_VIEW_VERB):
+    elif token == RANGE_VIEW_ID:
         slot = "range_a"
     else:
         slot = "edit_line"
@@ -107,7 +116,7 @@ def _after_verb(token: int) -> GrammarState:
 
 
 def walk(ids: tuple[int, ...] | list[int]) -> list[GrammarState]:
-    """The state before each piece of `ids` (raises ValueError on a disallowed piece)."""
+    """The state before each piece of `ids` (ValueError on a piece the grammar forbids)."""
     states, state = [], START
     for token in ids:
         if token not in allowed(state):
@@ -117,13 +126,18 @@ def walk(ids: tuple[int, ...] | list[int]) -> list[GrammarState]:
     return states
 
 
+def is_complete(ids: tuple[int, ...] | list[int]) -> bool:
+    """True when `ids` is a whole command of the grammar."""
+    try:
+        states = walk(ids)
+    except ValueError:
+        return False
+    return bool(states) and advance(states[-1], ids[-1]) == DONE
+
+
 def render(ids: tuple[int, ...] | list[int]) -> str:
     """The shell command text of a completion (specials render as nothing)."""
-    return "".join(V.PIECES[t].text for t in ids if V.PIECES[t].kind != "special")
-
-
-def is_submit(ids: tuple[int, ...] | list[int]) -> bool:
-    return len(ids) > 0 and ids[0] == V.SUBMIT
+    return "".join(V.PIECES[t].text for t in ids if t < V.BYTE_OFFSET and V.PIECES[t].kind != "special")
 
 
 def parse_command(text: str) -> tuple[int, ...] | None:
@@ -134,13 +148,61 @@ def parse_command(text: str) -> tuple[int, ...] | None:
 def _parse(text: str, pos: int, state: GrammarState) -> tuple[int, ...] | None:
     if state == DONE:
         return () if pos == len(text) else None
-    choices = allowed(state)
-    for token in sorted(choices, key=lambda t: -len(V.PIECES[t].text)):
+    for token in sorted(allowed(state), key=lambda t: -len(V.PIECES[t].text)):
         piece = V.PIECES[token]
-        if piece.kind == "special" and token != V.EOC:
+        if token == V.SUBMIT or not text.startswith(piece.text, pos):
             continue
-        if text.startswith(piece.text, pos):
-            rest = _parse(text, pos + len(piece.text), advance(state, token))
-            if rest is not None:
-                return (token,) + rest
+        rest = _parse(text, pos + len(piece.text), advance(state, token))
+        if rest is not None:
+            return (token,) + rest
     return None
+
+
+@dataclass(frozen=True)
+class Substitution:
+    """One `Ls/OLD/NEW/[g]` of an edit, fragments as indices into `vocab.FRAGMENTS`."""
+
+    line: int
+    old: int
+    new: int
+    occurrence: int = 1  # 1: first match, 2: second match, 0: every match (the /g flag)
+
+
+def occurrence_of(flag: int) -> int:
+    """Which match a flag piece substitutes: 1, 2, or 0 for every match."""
+    return (1, 2, 0)[FLAG_IDS.index(flag)]
+
+
+@dataclass(frozen=True)
+class Command:
+    """A completion decoded into its choices."""
+
+    verb: int
+    file: str = ""
+    first: int = 0
+    last: int = 0
+    subs: tuple[Substitution, ...] = ()
+    then_test: bool = False
+
+
+def decode(ids: tuple[int, ...] | list[int]) -> Command | None:
+    """The structured command of a complete grammar completion, else None."""
+    if not is_complete(ids):
+        return None
+    lines = [V.line_of(t) for t in ids if V.PIECES[t].kind == "line"]
+    files = [V.PIECES[t].text for t in ids if V.PIECES[t].kind == "file"]
+    subs = _substitutions(ids, lines)
+    return Command(
+        verb=ids[0], file=files[0] if files else ("calc.py" if ids[0] in (EDIT_ID, LOOK_ID) else ""),
+        first=lines[0] if lines else 0, last=lines[-1] if lines else 0, subs=subs,
+        then_test=any(V.PIECES[t].kind == "suffix" for t in ids),
+    )
+
+
+def _substitutions(ids: tuple[int, ...] | list[int], lines: list[int]) -> tuple[Substitution, ...]:
+    if ids[0] != EDIT_ID:
+        return ()
+    olds = [V.fragment_of(t) for t in ids if V.PIECES[t].kind == "old"]
+    news = [V.fragment_of(t) for t in ids if V.PIECES[t].kind == "new"]
+    flags = [occurrence_of(t) for t in ids if V.PIECES[t].kind == "flag"]
+    return tuple(Substitution(*fields) for fields in zip(lines, olds, news, flags))

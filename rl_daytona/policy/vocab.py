@@ -25,41 +25,61 @@ PYTEST_VERBS: tuple[str, ...] = (
     "python -m pytest -q",
     "python -m pytest -q -x",
 )
+LOOK_VERB = "nl -ba calc.py; python -m pytest -q --tb=no"  # read the source and the failures at once
 FILE_VIEW_VERBS: tuple[str, ...] = ("cat ", "nl -ba ", "grep -n 'def ' ", "grep -n 'return' ")
 COUNT_VIEW_VERBS: tuple[str, ...] = ("head -n ", "tail -n ")
 RANGE_VIEW_VERB = "sed -n '"
 EDIT_VERB = "sed -i '"
-VERBS: tuple[str, ...] = PYTEST_VERBS + FILE_VIEW_VERBS + COUNT_VIEW_VERBS + (RANGE_VIEW_VERB, EDIT_VERB)
+VERBS: tuple[str, ...] = PYTEST_VERBS + (LOOK_VERB,) + FILE_VIEW_VERBS + COUNT_VIEW_VERBS + (RANGE_VIEW_VERB, EDIT_VERB)
 
 FILES: tuple[str, ...] = ("calc.py", "test_calc.py")
 MAX_LINE = 200
 LINES: tuple[str, ...] = tuple(str(i) for i in range(1, MAX_LINE + 1))
 # Fixed glue between the choices of a command.
 GLUE: tuple[str, ...] = (" ", ",", "p' ", "s/", "/")
-EDIT_FLAGS: tuple[str, ...] = ("/' calc.py", "/g' calc.py")
+EDIT_FLAGS: tuple[str, ...] = ("/", "/2", "/g")  # first, second, every occurrence
+EDIT_SEPARATORS: tuple[str, ...] = (";", "' calc.py")
+MAX_SUBSTITUTIONS = 6
 EDIT_SUFFIXES: tuple[str, ...] = (" && python -m pytest -q --tb=no",)
 
-# Fragments of small numeric Python code an edit can replace, grouped by kind.
+# Fragments of small numeric Python code an edit can replace, grouped by kind. The empty
+# fragment is the end of the line: as `old` it appends, as `new` it deletes.
+EOL = ""
 FRAGMENT_KINDS: dict[str, tuple[str, ...]] = {
     "compare": (" < ", " <= ", " > ", " >= ", " == ", " != "),
     "arith": (" + ", " - ", " * ", " / ", " // ", " % ", " ** "),
-    "augassign": (" += ", " -= ", " *= ", " /= "),
+    "assign": (" = ", " += ", " -= ", " *= ", " /= "),
     "logic": (" and ", " or ", "not ", " in ", " not in ", " is ", " is not "),
     "int": ("0", "1", "2", "3", "4", "5", "10", "100", "-1"),
     "float": ("0.0", "0.5", "1.0", "2.0", "1e-9"),
     "const": ("True", "False", "None"),
     "builtin": ("min", "max", "sum", "abs", "len", "round", "int", "float", "sorted"),
-    "name": ("n", "i", "x", "xs", "lo", "hi", "mid", "total", "count", "result"),
-    "expr": ("n - 1", "n + 1", "n - 2", "n // 2", "n / 2", "i - 1", "i + 1",
-             "len(xs)", "len(xs) - 1", "len(xs) + 1", "len(xs) // 2"),
+    "name": ("n", "i", "j", "x", "y", "xs", "s", "m", "k", "f", "c", "lo", "hi", "mid", "total", "count"),
+    "offset": (" + 1", " - 1", " + 2", " * 2", " / 2", " // 2"),
+    "expr": ("n - 1", "n + 1", "n // 2", "i - 1", "i + 1", "mid - 1", "mid + 1", "len(xs)",
+             "len(xs) - 1", "len(xs) + 1", "len(s)", "len(s) - 1", "len(s) + 1"),
+    "paren": ("(n - 1)", "(n + 1)", "(len(xs) - 1)", "(len(xs) + 1)", "(len(s) - 1)", "(len(s) + 1)"),
     "index": ("[0]", "[-1]", "[1]", "[-2]", "[1:]", "[:-1]", "[i]", "[i - 1]", "[i + 1]",
-              "[mid]", "[mid - 1]", "[n // 2]", "[n // 2 - 1]"),
-    "range": ("range(n)", "range(1, n)", "range(n + 1)", "range(2, n)", "range(1, n + 1)",
-              "range(len(xs))", "range(1, len(xs))"),
+              "[mid]", "[mid - 1]", "[mid + 1]"),
+    "range": ("range(n)", "range(1, n)", "range(n + 1)", "range(len(xs))", "range(1, len(xs))"),
+    "eol": (EOL,),
 }
 FRAGMENTS: tuple[str, ...] = tuple(f for kind in FRAGMENT_KINDS.values() for f in kind)
 FRAGMENT_KIND: tuple[str, ...] = tuple(k for k, frags in FRAGMENT_KINDS.items() for _ in frags)
 KINDS: tuple[str, ...] = tuple(FRAGMENT_KINDS)
+# Kinds a fragment can plausibly be replaced by (a kind is always compatible with itself).
+COMPATIBLE_KINDS: tuple[frozenset[str], ...] = (
+    frozenset({"logic", "compare"}), frozenset({"int", "float", "const"}),
+    frozenset({"name", "expr", "paren", "int"}), frozenset({"expr", "paren"}), frozenset({"offset", "eol"}),
+)
+
+
+def kinds_compatible(a: str, b: str) -> bool:
+    return a == b or any(a in group and b in group for group in COMPATIBLE_KINDS)
+
+
+def fragment_name(fragment: str) -> str:
+    return fragment if fragment != EOL else "<eol>"
 
 
 def _word_bounded(fragment: str, body: str) -> str:
@@ -71,6 +91,8 @@ def _word_bounded(fragment: str, body: str) -> str:
 
 def sed_pattern(fragment: str) -> str:
     """The fragment as a GNU sed BRE (delimiter '/') matching it as a whole token."""
+    if fragment == EOL:
+        return "$"
     body = re.sub(r"([.\[\]*^$\\/])", r"\\\1", fragment)
     return _word_bounded(fragment, body)
 
@@ -82,6 +104,8 @@ def sed_replacement(fragment: str) -> str:
 
 def python_regex(fragment: str) -> str:
     """The Python regex meaning exactly what `sed_pattern(fragment)` means."""
+    if fragment == EOL:
+        return "$"
     return _word_bounded(fragment, re.escape(fragment))
 
 
@@ -91,7 +115,7 @@ class Piece:
 
     id: int
     text: str
-    kind: str  # special | verb | file | line | glue | old | new | flag | suffix | byte
+    kind: str  # special | verb | file | line | glue | old | new | flag | sep | suffix
     name: str
 
 
@@ -102,9 +126,10 @@ def _build_pieces() -> tuple[Piece, ...]:
     table += [("file", f, f) for f in FILES]
     table += [("line", s, s) for s in LINES]
     table += [("glue", g, g) for g in GLUE]
-    table += [("old", sed_pattern(f), f"old:{f}") for f in FRAGMENTS]
-    table += [("new", sed_replacement(f), f"new:{f}") for f in FRAGMENTS]
-    table += [("flag", f, f) for f in EDIT_FLAGS]
+    table += [("old", sed_pattern(f), f"old:{fragment_name(f)}") for f in FRAGMENTS]
+    table += [("new", sed_replacement(f), f"new:{fragment_name(f)}") for f in FRAGMENTS]
+    table += [("flag", f, f"flag:{f}") for f in EDIT_FLAGS]
+    table += [("sep", s, f"sep:{s}") for s in EDIT_SEPARATORS]
     table += [("suffix", s, s) for s in EDIT_SUFFIXES]
     return tuple(Piece(i, text, kind, name) for i, (kind, text, name) in enumerate(table))
 

@@ -1,0 +1,201 @@
+"""Features of the choices inside a `sed -i` edit: which line, which fragment, what instead.
+
+Invariant: everything here is a pure function of (observation, completion prefix). The
+draft replays the substitutions already written in this command on the believed source,
+so the second substitution of a command sees the line as the first one left it. Text
+lookups are memoised by text only, so repeated requests over the same file stay cheap.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Sequence
+
+from rl_daytona.policy import grammar as G
+from rl_daytona.policy import params as P
+from rl_daytona.policy import vocab as V
+from rl_daytona.policy.features import Decision, sparse_block
+from rl_daytona.policy.observe import Function, Observation, apply_substitution
+
+SLOTS = ("edit_line", "old", "new", "sep")
+
+
+def _kind_relation(a: int, b: int) -> tuple[tuple[int, float], ...]:
+    """new_w features relating the kinds of an old and a new fragment."""
+    ka, kb = V.FRAGMENT_KIND[a], V.FRAGMENT_KIND[b]
+    if not V.kinds_compatible(ka, kb):
+        return ((P.NEW_FEATURES.index("incompatible_kind"), 1.0),)
+    same = ((P.NEW_FEATURES.index("same_kind"), 1.0),) if ka == kb else ()
+    return same + ((P.NEW_FEATURES.index("compatible_kind"), 1.0),)
+
+
+_KIND_RELATION = tuple(tuple(_kind_relation(a, b) for b in range(P.N_FRAGMENTS)) for a in range(P.N_FRAGMENTS))
+
+
+@lru_cache(maxsize=65536)
+def fragments_on(text: str) -> tuple[int, ...]:
+    """Fragment indices that occur in a line of code."""
+    return tuple(f for f, regex in enumerate(V.FRAGMENT_REGEX) if regex.search(text))
+
+
+@lru_cache(maxsize=65536)
+def replaced(text: str, old: int) -> tuple[str, ...]:
+    """The line after replacing the first `old` by each fragment (index = new fragment)."""
+    return tuple(apply_substitution(text, G.Substitution(0, old, new)) for new in range(P.N_FRAGMENTS))
+
+
+@lru_cache(maxsize=65536)
+def occurrences(text: str, old: int) -> int:
+    return len(V.FRAGMENT_REGEX[old].findall(text))
+
+
+@dataclass
+class Draft:
+    """The believed source after the substitutions already written in this command."""
+
+    working: dict[int, str]
+    tried_functions: set[str] = field(default_factory=set)
+    reverted: set[int] = field(default_factory=set)
+    tried_lines: set[int] = field(default_factory=set)
+    subs: int = 0
+
+
+def draft_of(obs: Observation, prefix: Sequence[int]) -> Draft:
+    """Replay the finished substitutions of a partial `sed -i` completion."""
+    draft = Draft(working=dict(obs.lines))
+    line = old = new = -1
+    for token in prefix:
+        kind = V.PIECES[token].kind
+        if kind == "line":
+            line = V.line_of(token)
+        elif kind == "old":
+            old = V.fragment_of(token)
+        elif kind == "new":
+            new = V.fragment_of(token)
+        elif kind == "flag":
+            _record(draft, obs, G.Substitution(line, old, new, G.occurrence_of(token)))
+    return draft
+
+
+def _record(draft: Draft, obs: Observation, sub: G.Substitution) -> None:
+    draft.subs += 1
+    before = draft.working.get(sub.line)
+    if before is None:
+        return
+    after = apply_substitution(before, sub)
+    draft.working[sub.line] = after
+    if after == obs.original.get(sub.line) and before != after:
+        draft.reverted.add(sub.line)
+        return
+    draft.tried_lines.add(sub.line)
+    fn = obs.function_at(sub.line)
+    if fn is not None:
+        draft.tried_functions.add(fn.name)
+
+
+def decide_edit(obs: Observation, prefix: Sequence[int], state: G.GrammarState,
+                allowed: tuple[int, ...]) -> Decision:
+    """The decision for an edit slot (line, old fragment, new fragment, separator)."""
+    draft = draft_of(obs, prefix)
+    if state.slot == "edit_line":
+        return _line_decision(obs, draft, allowed)
+    if state.slot == "old":
+        return _old_decision(obs, draft, state.line, allowed)
+    if state.slot == "new":
+        return _new_decision(obs, draft, state.line, V.fragment_of(state.old), allowed)
+    return _sep_decision(obs, draft, allowed)
+
+
+def _line_decision(obs: Observation, draft: Draft, allowed: tuple[int, ...]) -> Decision:
+    lines = [n for n in sorted(draft.working) if len(fragments_on(draft.working[n])) > 1]  # not just <eol>
+    candidates = tuple(V.LINE_IDS[n - 1] for n in lines) or allowed
+    rows, hashes = [], []
+    for token in candidates:
+        features, keys = _line_features(obs, draft, V.line_of(token))
+        rows.append([(P.LINE_FEATURES.index(name), v) for name, v in features.items() if v])
+        hashes.append([(P.hashed(*key), 1.0) for key in keys])
+    return Decision(candidates, (sparse_block("line_w", rows), sparse_block("line_hash", hashes)))
+
+
+def _line_features(obs: Observation, draft: Draft, n: int) -> tuple[dict[str, float], list[tuple]]:
+    text = draft.working.get(n, "")
+    fn = obs.function_at(n)
+    failing = fn is not None and fn.name in obs.failing_functions
+    changed = n in obs.original and text != obs.original[n]
+    frags = fragments_on(text)
+    features = {
+        "in_failing_fn": failing, "in_passing_fn": fn is not None and not failing,
+        "outside_fn": fn is None, "is_def": text.startswith("def "),
+        "is_return": text.strip().startswith("return"), "dirty_bad": obs.is_dirty_bad(n, text),
+        "dirty_good": changed and not failing and not obs.edited_since_test,
+        "fn_tried_in_command": fn is not None and fn.name in draft.tried_functions,
+        "line_reverted_in_command": n in draft.reverted, "line_tried_in_command": n in draft.tried_lines,
+        "log_bad_tries": math.log1p(sum(1 for line, _ in obs.bad_texts if line == n)),
+        "log_fragments": math.log1p(len(frags)),
+        "failing_fn_untouched": failing and not _function_dirty(obs, draft, fn),
+    }
+    for kind in {V.FRAGMENT_KIND[f] for f in frags}:
+        features[f"has_{kind}"] = 1.0
+    keys = [("line", fn.name if fn else "", n - (fn.start if fn else 0)), ("text", text.strip())]
+    return {k: float(v) for k, v in features.items()}, keys
+
+
+def _function_dirty(obs: Observation, draft: Draft, fn: Function | None) -> bool:
+    if fn is None:
+        return False
+    return any(obs.original[n] != draft.working.get(n) for n in range(fn.start, fn.end + 1)
+               if n in obs.original)
+
+
+def _old_decision(obs: Observation, draft: Draft, line: int, allowed: tuple[int, ...]) -> Decision:
+    text = draft.working.get(line)
+    candidates = tuple(V.OLD_IDS[f] for f in fragments_on(text)) if text is not None else ()
+    candidates = candidates or allowed
+    fn = obs.function_at(line)
+    name, stripped = (fn.name if fn else ""), (text or "").strip()
+    failing = name in obs.failing_functions
+    bad = text is not None and obs.is_dirty_bad(line, text)
+    rows, hashes, biases = [], [], []
+    for token in candidates:
+        o = V.fragment_of(token)
+        revertible = bad and obs.original.get(line) in replaced(text, o)
+        repeated = text is not None and occurrences(text, o) > 1
+        rows.append([(0, float(revertible)), (1, float(failing)), (2, float(repeated))])
+        hashes.append([(P.hashed("fo", name, o), 1.0), (P.hashed("to", stripped, o), 1.0)])
+        biases.append([(o, 1.0)])
+    blocks = (sparse_block("old_bias", biases), sparse_block("old_w", rows), sparse_block("old_hash", hashes))
+    return Decision(candidates, blocks)
+
+
+def _new_decision(obs: Observation, draft: Draft, line: int, old: int, allowed: tuple[int, ...]) -> Decision:
+    text = draft.working.get(line)
+    fn = obs.function_at(line)
+    name, stripped = (fn.name if fn else ""), (text or "").strip()
+    results = replaced(text, old) if text is not None else None
+    bad = text is not None and obs.is_dirty_bad(line, text)
+    original = obs.original.get(line)
+    rows, hashes, pairs = [], [], []
+    for token in allowed:
+        r = V.fragment_of(token)
+        after = results[r] if results is not None else None
+        rows.append([(0, float(bad and after == original)), (1, float((line, after) in obs.bad_texts)),
+                     *_KIND_RELATION[old][r]])
+        hashes.append([(P.hashed("for", name, old, r), 1.0), (P.hashed("tor", stripped, old, r), 1.0)])
+        pairs.append([(old * P.N_FRAGMENTS + r, 1.0)])
+    blocks = (sparse_block("pair_w", pairs), sparse_block("new_w", rows), sparse_block("new_hash", hashes))
+    return Decision(allowed, blocks)
+
+
+def _sep_decision(obs: Observation, draft: Draft, allowed: tuple[int, ...]) -> Decision:
+    untried = any(fn.name in obs.failing_functions and fn.name not in draft.tried_functions
+                  for fn in obs.functions)
+    unreverted = any(obs.is_dirty_bad(n, t) for n, t in draft.working.items())
+    context = {"bias": 1.0, "untried_failing_fn": float(untried), "unreverted_bad_line": float(unreverted),
+               "subs_2": float(draft.subs >= 2), "subs_3": float(draft.subs >= 3)}
+    rows = []
+    for token in allowed:
+        column = 0 if token == G.MORE_ID else 1
+        rows.append([(P.SEP_CONTEXT.index(k) * 2 + column, v) for k, v in context.items() if v])
+    return Decision(allowed, (sparse_block("sep_w", rows),))

@@ -1,0 +1,91 @@
+"""Start the built-in policy server as a child process and know its URL.
+
+Invariant: a `BuiltinServer` owns exactly one child. The child is stopped by `close()`, by
+leaving the `with` block, at interpreter exit, and (through its stdin pipe closing) even
+when this process dies without cleaning up.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import selectors
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+READY_PREFIX = "LISTENING "
+
+
+class ServerStartError(RuntimeError):
+    """The server child did not report a listening address in time."""
+
+
+class BuiltinServer:
+    """A running `python -m rl_daytona.policy.server` child; `.url` ends in `/v1`."""
+
+    def __init__(self, process: subprocess.Popen[bytes], url: str, log_path: Path) -> None:
+        self.process = process
+        self.url = url
+        self.log_path = log_path
+        atexit.register(self.close)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the child (SIGTERM, then SIGKILL after `timeout`); closing twice is fine."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        for stream in (self.process.stdin, self.process.stdout):
+            if stream is not None and not stream.closed:
+                stream.close()
+        atexit.unregister(self.close)
+
+    def __enter__(self) -> "BuiltinServer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _read_ready_line(process: subprocess.Popen[bytes], timeout: float) -> str | None:
+    assert process.stdout is not None
+    deadline = time.monotonic() + timeout
+    buffer = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        while b"\n" not in buffer and time.monotonic() < deadline:
+            if not selector.select(max(0.0, deadline - time.monotonic())):
+                break
+            chunk = os.read(process.stdout.fileno(), 4096)
+            if not chunk:
+                break
+            buffer += chunk
+    line = buffer.split(b"\n", 1)[0].decode("utf-8", "replace")
+    return line[len(READY_PREFIX):].strip() if line.startswith(READY_PREFIX) else None
+
+
+def start_builtin_server(state: Path | None = None, timeout: float = 30.0, seed: int | None = None,
+                         host: str = "127.0.0.1", port: int = 0) -> BuiltinServer:
+    """Spawn the server, wait for its `LISTENING <url>` line, return a handle to it."""
+    command = [sys.executable, "-m", "rl_daytona.policy.server", "--host", host, "--port", str(port),
+               "--stop-on-stdin-eof"]
+    if state is not None:
+        command += ["--state", str(state)]
+    if seed is not None:
+        command += ["--seed", str(seed)]
+    log_file = tempfile.NamedTemporaryFile(prefix="builtin-policy-", suffix=".log", delete=False)
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file)
+    log_file.close()
+    url = _read_ready_line(process, timeout)
+    if url is None:
+        process.kill()
+        process.wait()
+        tail = Path(log_file.name).read_text(errors="replace")[-2000:]
+        raise ServerStartError(f"built-in policy server did not start within {timeout}s: {tail.strip()}")
+    return BuiltinServer(process, url, Path(log_file.name))

@@ -1,0 +1,214 @@
+"""The built-in policy model: a log-linear autoregressive policy over command pieces.
+
+Invariant: the logprob of a piece is a function of (params, context ids, completion prefix)
+only, computed by `features.decide` for both sampling and training; so at temperature 1
+`sequence_logprobs` reproduces the sampler's logprobs exactly, and `logprob_grads` is the
+exact gradient of sum_i w_i * logprob_i. Params change only in `apply_adam`, which bumps
+`version`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from rl_daytona.policy import grammar as G
+from rl_daytona.policy import params as P
+from rl_daytona.policy.features import Decision, decide
+from rl_daytona.policy.observe import Observation, observe, observe_turns
+
+STATE_FORMAT = "rl_daytona.builtin/1"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One sampled or scored piece: its decision, the chosen piece and where it sits."""
+
+    decision: Decision
+    token: int
+    position: int
+
+
+@dataclass(frozen=True)
+class Sampled:
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    top: tuple[tuple[tuple[int, float], ...], ...]
+    finished: bool
+
+
+def _normalised(lp: np.ndarray) -> np.ndarray:
+    p = np.exp(lp)
+    return p / p.sum()
+
+
+def _top(decision: Decision, lp: np.ndarray, k: int) -> tuple[tuple[int, float], ...]:
+    if k <= 0:
+        return ()
+    order = np.argsort(-lp, kind="stable")[:k]
+    return tuple((decision.candidates[i], float(lp[i])) for i in order)
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max()
+    return shifted - np.log(np.exp(shifted).sum())
+
+
+def completion_spans(loss_mask: Sequence[int]) -> list[tuple[int, int]]:
+    """[start, end) of every maximal run of mask 1 (each run is one completion)."""
+    spans, start = [], None
+    for i, m in enumerate(list(loss_mask) + [0]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            spans.append((start, i))
+            start = None
+    return spans
+
+
+class PolicyModel:
+    """Params, the sampler, exact logprobs and their gradients, Adam, save/load."""
+
+    def __init__(self, params: dict[str, np.ndarray] | None = None, version: int = 0) -> None:
+        from rl_daytona.policy.prior import initial_params
+
+        self.params: dict[str, np.ndarray] = params if params is not None else initial_params()
+        self.version = version
+        self._adam_m = {k: np.zeros_like(v) for k, v in self.params.items()}
+        self._adam_v = {k: np.zeros_like(v) for k, v in self.params.items()}
+        self._adam_t = 0
+
+    # -- scoring -------------------------------------------------------------------------
+    def logits(self, decision: Decision) -> np.ndarray:
+        out = np.zeros(len(decision.candidates))
+        for block in decision.blocks:
+            out += (self.params[block.param].reshape(-1)[block.index] * block.value).sum(axis=1)
+        return out
+
+    def sample(self, context_ids: Sequence[int], rng: np.random.Generator, temperature: float = 1.0,
+               max_tokens: int = 64) -> tuple[list[int], list[float]]:
+        """Sample one completion after `context_ids`; logprobs are under the sampling distribution."""
+        sampled = self.sample_detailed(context_ids, rng, temperature, max_tokens)
+        return list(sampled.token_ids), list(sampled.logprobs)
+
+    def sample_detailed(self, context_ids: Sequence[int], rng: np.random.Generator, temperature: float = 1.0,
+                        max_tokens: int = 64, top_k: int = 0) -> "Sampled":
+        """`sample`, plus the top-k alternatives of every step and whether the command finished."""
+        obs = observe(context_ids)
+        ids: list[int] = []
+        lps: list[float] = []
+        tops: list[tuple[tuple[int, float], ...]] = []
+        state = G.START
+        while state != G.DONE and len(ids) < max_tokens:
+            decision = decide(obs, ids, state)
+            lp = self._sampling_logprobs(decision, temperature)
+            j = 0 if len(lp) == 1 else int(rng.choice(len(lp), p=_normalised(lp)))
+            ids.append(decision.candidates[j])
+            lps.append(float(lp[j]))
+            tops.append(_top(decision, lp, top_k))
+            state = G.advance(state, decision.candidates[j])
+        return Sampled(tuple(ids), tuple(lps), tuple(tops), state == G.DONE)
+
+    def _sampling_logprobs(self, decision: Decision, temperature: float) -> np.ndarray:
+        if len(decision.candidates) == 1:
+            return np.zeros(1)
+        logits = self.logits(decision)
+        if temperature <= 0:
+            best = np.zeros_like(logits) - np.inf
+            best[int(np.argmax(logits))] = 0.0
+            return best
+        return log_softmax(logits / temperature)
+
+    def steps(self, token_ids: Sequence[int], loss_mask: Sequence[int]) -> Iterator[Step]:
+        """Every masked piece with the decision it was chosen from."""
+        spans = completion_spans(loss_mask)
+        observations = observe_turns(token_ids, [s for s, _ in spans])
+        for (start, end), obs in zip(spans, observations):
+            yield from self._span_steps(obs, token_ids, start, end)
+
+    def _span_steps(self, obs: Observation, token_ids: Sequence[int], start: int, end: int) -> Iterator[Step]:
+        prefix: list[int] = []
+        state = G.START
+        for pos in range(start, end):
+            token = int(token_ids[pos])
+            decision = decide(obs, prefix, state)
+            if token not in decision.candidates:
+                raise ValueError(f"token {token} at position {pos} is not a candidate of slot {state.slot!r}")
+            yield Step(decision, token, pos)
+            prefix.append(token)
+            state = G.advance(state, token)
+
+    def sequence_logprobs(self, token_ids: Sequence[int], loss_mask: Sequence[int],
+                          temperature: float = 1.0) -> np.ndarray:
+        """Logprob of every masked token given everything before it (0.0 where mask is 0)."""
+        out = np.zeros(len(token_ids))
+        for step in self.steps(token_ids, loss_mask):
+            lp = self._sampling_logprobs(step.decision, temperature)
+            out[step.position] = lp[step.decision.candidates.index(step.token)]
+        return out
+
+    def logprob_grads(self, token_ids: Sequence[int], loss_mask: Sequence[int],
+                      weights_per_token: Sequence[float]) -> dict[str, np.ndarray]:
+        """Gradient of sum_i w_i * logprob_i (temperature 1) with respect to every param."""
+        grads = {k: np.zeros_like(v) for k, v in self.params.items()}
+        for step in self.steps(token_ids, loss_mask):
+            weight = float(weights_per_token[step.position])
+            if weight == 0.0 or len(step.decision.candidates) == 1:
+                continue
+            probs = np.exp(log_softmax(self.logits(step.decision)))
+            coef = -weight * probs
+            coef[step.decision.candidates.index(step.token)] += weight
+            for block in step.decision.blocks:
+                np.add.at(grads[block.param].reshape(-1), block.index, coef[:, None] * block.value)
+        return grads
+
+    # -- training ------------------------------------------------------------------------
+    def apply_adam(self, grads: dict[str, np.ndarray], lr: float, beta1: float = 0.9,
+                   beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0) -> int:
+        """One Adam step DESCENDING `grads` (gradients of a loss); returns the new version.
+
+        For policy gradient pass the loss gradient, i.e. `-logprob_grads(...)`.
+        """
+        self._adam_t += 1
+        t = self._adam_t
+        for name, grad in grads.items():
+            g = np.asarray(grad, dtype=np.float64) + weight_decay * self.params[name]
+            self._adam_m[name] = beta1 * self._adam_m[name] + (1 - beta1) * g
+            self._adam_v[name] = beta2 * self._adam_v[name] + (1 - beta2) * g * g
+            m_hat = self._adam_m[name] / (1 - beta1 ** t)
+            v_hat = self._adam_v[name] / (1 - beta2 ** t)
+            self.params[name] = self.params[name] - lr * m_hat / (np.sqrt(v_hat) + eps)
+        self.version += 1
+        return self.version
+
+    # -- persistence ---------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Write `<path>.npz` (params + Adam moments) and `<path>.json` (version, format)."""
+        base = Path(path).with_suffix("")
+        arrays = {f"param/{k}": v for k, v in self.params.items()}
+        arrays |= {f"adam_m/{k}": v for k, v in self._adam_m.items()}
+        arrays |= {f"adam_v/{k}": v for k, v in self._adam_v.items()}
+        np.savez(base.with_suffix(".npz"), **arrays)
+        meta = {"format": STATE_FORMAT, "version": self.version, "adam_t": self._adam_t,
+                "shapes": {k: list(v.shape) for k, v in self.params.items()}}
+        base.with_suffix(".json").write_text(json.dumps(meta, indent=2))
+        return base
+
+    @classmethod
+    def load(cls, path: str | Path) -> "PolicyModel":
+        base = Path(path).with_suffix("")
+        meta = json.loads(base.with_suffix(".json").read_text())
+        if meta.get("format") != STATE_FORMAT:
+            raise ValueError(f"{base}.json is not a built-in policy state ({meta.get('format')!r})")
+        with np.load(base.with_suffix(".npz")) as data:
+            arrays = {k: data[k] for k in data.files}
+        params = {k: arrays[f"param/{k}"] for k in P.SHAPES}
+        model = cls(params=params, version=int(meta["version"]))
+        model._adam_m = {k: arrays[f"adam_m/{k}"] for k in P.SHAPES}
+        model._adam_v = {k: arrays[f"adam_v/{k}"] for k in P.SHAPES}
+        model._adam_t = int(meta.get("adam_t", 0))
+        return model

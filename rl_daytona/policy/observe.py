@@ -1,0 +1,240 @@
+"""What the policy knows at a decision point, recomputed from context token ids alone.
+
+Invariant: `observe(ids)` is a pure function of the ids (no clock, no randomness, no server
+state), so training recomputes exactly the observation the sampler saw. It replays the
+transcript: views of calc.py fill a believed copy of the file, the policy's own `sed -i`
+edits are applied to that copy exactly as sed applies them, and every pytest output updates
+which tests fail and which edited lines were judged bad (their function still fails).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+from rl_daytona.policy import grammar as G
+from rl_daytona.policy import pytest_output
+from rl_daytona.policy import vocab as V
+
+_EXIT = re.compile(r"\n?\[exit code (-?\d+)[^\]]*\]\s*$")
+_CUT = re.compile(r"\n\[\.\.\. \d+ characters cut \.\.\.\]\n")
+_NUMBERED = re.compile(r"^\s*(\d+)(?:\t|:)(.*)$")
+_DEF = re.compile(r"^def (\w+)\s*\(")
+
+
+@dataclass(frozen=True)
+class Function:
+    name: str
+    start: int  # the `def` line
+    end: int  # last line of the body
+
+
+@dataclass(frozen=True)
+class Observation:
+    """The policy's knowledge before one completion (treat the mappings as read-only)."""
+
+    turn: int = 0
+    last_verb: int = -1
+    last_failed: bool = False
+    tests_run: bool = False
+    failing_tests: tuple[str, ...] = ()
+    all_passed: bool = False
+    broken: bool = False
+    edited_since_test: bool = False
+    lines: dict[int, str] = field(default_factory=dict)
+    original: dict[int, str] = field(default_factory=dict)
+    bad_texts: frozenset[tuple[int, str]] = frozenset()
+    functions: tuple[Function, ...] = ()
+    failing_functions: frozenset[str] = frozenset()
+
+    @property
+    def source_seen(self) -> bool:
+        return bool(self.lines)
+
+    def function_at(self, line: int) -> Function | None:
+        return _function_at(self.functions, line)
+
+    def is_dirty_bad(self, line: int, text: str | None = None) -> bool:
+        """True when the line's text differs from what was first seen and was judged bad
+        (its function still failed, or pytest could not even collect, right after it)."""
+        text = self.lines.get(line, "") if text is None else text
+        return (line, text) in self.bad_texts and text != self.original.get(line)
+
+
+def _function_at(functions: tuple[Function, ...], line: int) -> Function | None:
+    for fn in functions:
+        if fn.start <= line <= fn.end:
+            return fn
+    return None
+
+
+def split_segments(ids: list[int] | tuple[int, ...]) -> list[tuple[int, list[int]]]:
+    """(role marker, body ids) for every segment of a context."""
+    segments: list[tuple[int, list[int]]] = []
+    for token in ids:
+        if token in _MARKERS:
+            segments.append((token, []))
+        elif segments:
+            segments[-1][1].append(token)
+    return segments
+
+
+_MARKERS = frozenset(V.ROLE_MARKERS.values())
+
+
+class Replay:
+    """Mutable replay state; `snapshot()` freezes it into an `Observation`."""
+
+    def __init__(self) -> None:
+        self.turn, self.last_verb, self.last_failed = 0, -1, False
+        self.result: pytest_output.TestResult | None = None
+        self.edited_since_test = False
+        self.lines: dict[int, str] = {}
+        self.original: dict[int, str] = {}
+        self.bad_texts: set[tuple[int, str]] = set()
+        self.pending: Command | None = None
+
+    def feed(self, role: int, body: list[int]) -> None:
+        if role == V.ASSISTANT and body:
+            self.turn += 1
+            self.pending = G.decode(body)
+            self.last_verb = self.pending.verb if self.pending else -1
+        elif role == V.TOOL and self.turn:
+            self._observe_output(V.decode_bytes(body))
+
+    def _observe_output(self, text: str) -> None:
+        match = _EXIT.search(text)
+        code = int(match.group(1)) if match else 0
+        output = text[: match.start()] if match else text
+        command, self.pending = self.pending, None
+        self.last_failed = code != 0 or command is None
+        if command is None:
+            return
+        if command.verb == G.EDIT_ID:
+            self._apply_edit(command, output)
+        elif command.file == "calc.py" and (code == 0 or command.verb == G.LOOK_ID):
+            self._apply_view(command, output)
+        if command.verb in G.PYTEST_IDS or command.verb == G.LOOK_ID or command.then_test:
+            self._apply_tests(pytest_output.parse(output))
+
+    def _apply_view(self, command: G.Command, output: str) -> None:
+        numbered = command.verb in _NUMBERED_VIEW_IDS
+        head = _CUT.split(output)[0]
+        rows = head.split("\n")
+        if _CUT.search(output) and not numbered:
+            rows = rows[:-1]
+        start = _view_start(command)
+        for offset, row in enumerate(rows):
+            if numbered:
+                found = _NUMBERED.match(row)
+                if found:
+                    self._see(int(found.group(1)), found.group(2))
+            elif start > 0 and (row or offset < len(rows) - 1):
+                self._see(start + offset, row)
+
+    def _see(self, line: int, text: str) -> None:
+        if 1 <= line <= V.MAX_LINE:
+            self.lines[line] = text
+            self.original.setdefault(line, text)
+
+    def _apply_edit(self, command: G.Command, output: str) -> None:
+        self.edited_since_test = True
+        if "sed: " in output:
+            return
+        for sub in command.subs:
+            if sub.line in self.lines:
+                self.lines[sub.line] = apply_substitution(self.lines[sub.line], sub)
+
+    def _apply_tests(self, result: pytest_output.TestResult) -> None:
+        if result.broken and self.result is not None:  # a collection error names no test: keep the last ones
+            result = replace(result, failing=self.result.failing)
+        self.result, self.edited_since_test = result, False
+        functions = parse_functions(self.lines)
+        failing = failing_functions(result.failing, functions)
+        for line, text in self.lines.items():
+            fn = _function_at(functions, line)
+            judged_bad = result.broken or (fn is not None and fn.name in failing)
+            if judged_bad and text != self.original.get(line):
+                self.bad_texts.add((line, text))
+
+    def snapshot(self) -> Observation:
+        functions = parse_functions(self.lines)
+        result = self.result or pytest_output.TestResult()
+        return Observation(
+            turn=self.turn, last_verb=self.last_verb, last_failed=self.last_failed,
+            tests_run=self.result is not None, failing_tests=result.failing,
+            all_passed=result.all_passed, broken=result.broken,
+            edited_since_test=self.edited_since_test, lines=dict(self.lines),
+            original=dict(self.original), bad_texts=frozenset(self.bad_texts), functions=functions,
+            failing_functions=failing_functions(result.failing, functions),
+        )
+
+
+Command = G.Command
+_NUMBERED_VIEW_IDS = (V.piece_id("nl -ba "), G.LOOK_ID, V.piece_id("grep -n 'def ' "),
+                      V.piece_id("grep -n 'return' "))
+
+
+def _view_start(command: G.Command) -> int:
+    """First line number of an un-numbered view's output (0: unknown, as for `tail`)."""
+    if command.verb == G.RANGE_VIEW_ID:
+        return command.first
+    return 0 if command.verb == V.piece_id("tail -n ") else 1
+
+
+def apply_substitution(text: str, sub: G.Substitution) -> str:
+    """What GNU sed makes of one line under `Ls/OLD/NEW/[2|g]`."""
+    pattern, new = V.FRAGMENT_REGEX[sub.old], V.FRAGMENTS[sub.new]
+    if sub.occurrence in (0, 1):
+        return pattern.sub(lambda _m: new, text, count=1 if sub.occurrence == 1 else 0)
+    matches = list(pattern.finditer(text))
+    if len(matches) < sub.occurrence:
+        return text
+    hit = matches[sub.occurrence - 1]
+    return text[: hit.start()] + new + text[hit.end():]
+
+
+def parse_functions(lines: dict[int, str]) -> tuple[Function, ...]:
+    """Top-level functions of the believed source, each up to the line before the next."""
+    starts = sorted((n, m.group(1)) for n, text in lines.items() if (m := _DEF.match(text)))
+    last = max(lines) if lines else 0
+    bounds = [n for n, _ in starts[1:]] + [last + 1]
+    return tuple(Function(name, n, end - 1) for (n, name), end in zip(starts, bounds))
+
+
+def failing_functions(tests: tuple[str, ...], functions: tuple[Function, ...]) -> frozenset[str]:
+    """Functions named by failing tests (`test_median_even` -> `median`, longest name wins)."""
+    names = sorted((fn.name for fn in functions), key=len, reverse=True)
+    found = set()
+    for test in tests:
+        stem = test[5:] if test.startswith("test_") else test
+        for name in names:
+            if stem == name or stem.startswith(name + "_"):
+                found.add(name)
+                break
+    return frozenset(found)
+
+
+def observe(ids: list[int] | tuple[int, ...]) -> Observation:
+    """The observation before the completion that follows `ids`."""
+    replay = Replay()
+    for role, body in split_segments(ids):
+        replay.feed(role, body)
+    return replay.snapshot()
+
+
+def observe_turns(ids: list[int] | tuple[int, ...], starts: list[int]) -> list[Observation]:
+    """Observations before the completions starting at each index of `starts` (ascending).
+
+    A completion starting at `start` follows the `<|assistant|>` marker at `start - 1`; its
+    observation is the replay of every segment whose marker comes before that one.
+    """
+    marks = [i for i, t in enumerate(ids) if t in _MARKERS]
+    segments = split_segments(ids)
+    replay, out, pos = Replay(), [], 0
+    for start in starts:
+        while pos < len(segments) and marks[pos] < start - 1:
+            replay.feed(*segments[pos])
+            pos += 1
+        out.append(replay.snapshot())
+    return out

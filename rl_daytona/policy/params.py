@@ -1,0 +1,58 @@
+"""The parameter layout of the built-in policy: names, shapes and the index helpers.
+
+Invariant: every logit is a sum of `params[name].flat[index] * value` terms, so the
+gradient of a logprob is the same sum of (feature - expected feature) and nothing else;
+the layout here is the only place that knows the shapes.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from rl_daytona.policy import grammar as G
+from rl_daytona.policy import vocab as V
+
+HASH_SIZE = 1 << 15
+N_FRAGMENTS = len(V.FRAGMENTS)
+N_VERBS = len(G.VERB_CHOICES)
+SLOTS: tuple[str, ...] = ("file", "count", "range_a", "range_b", "flag", "suffix")
+
+VERB_CONTEXT: tuple[str, ...] = (
+    "bias", "no_tests_yet", "no_source", "can_edit", "all_passed", "edited_since_test",
+    "failing_but_unmapped", "broken", "last_failed", "source_but_no_tests",
+    *(f"turn_{i}" for i in range(8)),
+    "last_none", "last_pytest", "last_view", "last_edit", "last_other",
+)
+LINE_FEATURES: tuple[str, ...] = (
+    "in_failing_fn", "in_passing_fn", "outside_fn", "is_def", "is_return", "dirty_bad",
+    "dirty_good", "fn_tried_in_command", "line_reverted_in_command", "line_tried_in_command",
+    "log_bad_tries", "log_fragments", "failing_fn_untouched",
+    *(f"has_{kind}" for kind in V.KINDS),
+)
+OLD_FEATURES: tuple[str, ...] = ("revertible", "in_failing_fn", "repeated_on_line")
+NEW_FEATURES: tuple[str, ...] = ("reverts", "known_bad", "same_kind", "compatible_kind", "incompatible_kind")
+SEP_CONTEXT: tuple[str, ...] = ("bias", "untried_failing_fn", "unreverted_bad_line", "subs_2", "subs_3")
+
+SHAPES: dict[str, tuple[int, ...]] = {
+    "verb_w": (len(VERB_CONTEXT), N_VERBS),
+    "slot_w": (len(SLOTS), V.BYTE_OFFSET),
+    "line_w": (len(LINE_FEATURES),),
+    "line_hash": (HASH_SIZE,),
+    "old_bias": (N_FRAGMENTS,),
+    "old_w": (len(OLD_FEATURES),),
+    "old_hash": (HASH_SIZE,),
+    "pair_w": (N_FRAGMENTS, N_FRAGMENTS),
+    "new_w": (len(NEW_FEATURES),),
+    "new_hash": (HASH_SIZE,),
+    "sep_w": (len(SEP_CONTEXT), 2),
+}
+
+
+def index(names: tuple[str, ...], name: str) -> int:
+    return names.index(name)
+
+
+def hashed(*parts: object) -> int:
+    """A stable (unsalted) hash bucket of a tuple of parts."""
+    key = "\x1f".join(str(p) for p in parts).encode("utf-8")
+    return zlib.crc32(key) % HASH_SIZE

@@ -1,0 +1,220 @@
+"""The pytest grader: pristine tests against the agent's declared sources, in a fresh folder.
+
+Invariant: reward is 1.0 only when one `RLGRADE` line carrying this call's host nonce reports
+that pytest exited 0, that the passed test node ids are exactly the pristine tests' ids (their
+count equal to `expected_passed`, each test's setup, call and teardown passed) and that no
+tampering was seen. Anything else (a timeout, a missing or refused source, no verdict, a crash,
+an `os._exit`, a forged line) pays 0.0 with a detail saying why.
+
+How (backend neutral, one `backend.exec`): the host sends `grader_bootstrap` plus a config (the
+host nonce, the declared sources, the pristine tests, `grader_runner`) on stdin to
+`python -I -B -`. The bootstrap copies only the declared regular files from the workspace into a
+fresh `mkdtemp` folder, writes the pristine tests, its own ini and runner there, and runs pytest
+in a clean environment (`-I`: no PYTHON* variables, no user site, no cwd on sys.path; plugin
+autoload off; its own `-c` ini, `--rootdir`, `--confcutdir`), so the agent's conftest.py,
+pytest.ini/tox.ini/setup.cfg/pyproject.toml, sitecustomize/usercustomize, .pth files and edited
+tests are never seen. The runner learns a child nonce through a pipe it closes before any agent
+code is imported and writes one report line to another inherited pipe; the bootstrap, made
+non-dumpable, accepts exactly one report with that nonce and prints the verdict line with the
+host nonce, which never enters the process running the agent's code. Printed fake summaries
+or fake `RLGRADE` lines are ignored: stdout of pytest is never parsed for outcomes.
+
+Residual threats (documented, not closed): (1) code in the agent's sources runs inside the
+pytest process, so code written against this grader (finding the plugin object with `gc`,
+reading the child nonce, writing a forged report to the report fd, or patching and restoring
+pytest internals between the grader's integrity checks) can forge the runner's report; the
+runner detects the common forms (builtins/pytest/pluggy/math/operator/json patched, hooks or
+plugins added at import, test functions replaced, test files rewritten). (2) In a sandbox
+whose processes outlive a command (Daytona), a process the agent left running as the same
+user could race the grading folder or ptrace the pytest child; backends should end the
+agent's processes before grading. (3) The interpreter and site-packages must be read-only to
+the agent (true for the local bubblewrap backend).
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import hmac
+import json
+import posixpath
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from rl_daytona.backends.base import WORKSPACE, Backend, SandboxHandle
+from rl_daytona.tasks.api import GradeResult, TaskError
+
+BOOTSTRAP_COMMAND = "exec python -I -B -"
+EXEC_SLACK_SECONDS = 15.0
+VERDICT_PREFIX = "RLGRADE "
+PHASES = ("setup", "call", "teardown")
+_HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class GradePlan:
+    """What to grade: validated sources and pristine tests, and where each test is defined."""
+
+    sources: tuple[str, ...]
+    tests: tuple[tuple[str, str], ...]
+    expected_passed: int
+    timeout: float
+    locations: tuple[tuple[str, str, str, tuple[int, ...]], ...]  # (node id, file, name, lines)
+
+    @property
+    def expected_ids(self) -> frozenset[str]:
+        return frozenset(node for node, *_ in self.locations)
+
+
+def _check_relpath(rel: str, what: str) -> str:
+    if not rel or rel.startswith("/") or posixpath.normpath(rel) != rel or rel.split("/")[0] == "..":
+        raise TaskError(f"{what} {rel!r} must be a normalised path relative to the workspace")
+    return rel
+
+
+def _test_defs(rel: str, text: str) -> list[tuple[str, str, str, tuple[int, ...]]]:
+    try:
+        tree = ast.parse(text, filename=rel)
+    except SyntaxError as exc:
+        raise TaskError(f"pristine test file {rel} does not parse: {exc}") from None
+    defs = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+            defs.append((f"{rel}::{node.name}", rel, node.name, _lines(node)))
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            defs.extend((f"{rel}::{node.name}::{item.name}", rel, item.name, _lines(item))
+                        for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+                        and item.name.startswith("test"))
+    return defs
+
+
+def _lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[int, ...]:
+    return tuple(sorted({node.lineno, *(d.lineno for d in node.decorator_list)}))
+
+
+def plan_grade(sources: list[str], tests: Mapping[str, str], expected_passed: int, timeout: float) -> GradePlan:
+    """Validate a grading request (a task author's mistake raises `TaskError`)."""
+    checked = tuple(_check_relpath(s, "source") for s in sources)
+    if not checked or not tests:
+        raise TaskError("grade_pytest needs at least one source and one test file")
+    for rel in tests:
+        _check_relpath(rel, "test file")
+    clashes = [s for s in checked if s in tests or posixpath.basename(s) == "conftest.py"]
+    if clashes:
+        raise TaskError(f"sources {clashes} clash with the pristine tests or are conftest.py")
+    locations = tuple(d for rel in sorted(tests) for d in _test_defs(rel, tests[rel]))
+    if not locations:
+        raise TaskError("the pristine test files define no test functions")
+    return GradePlan(checked, tuple(sorted(tests.items())), int(expected_passed), float(timeout), locations)
+
+
+def bootstrap_program(plan: GradePlan, nonce: str, workspace: str = WORKSPACE) -> bytes:
+    """The Python program sent on stdin: the bootstrap source plus its embedded config."""
+    config = {
+        "nonce": nonce, "workspace": workspace, "tmpdir": "/tmp", "timeout": plan.timeout,
+        "sources": list(plan.sources), "tests": dict(plan.tests),
+        "locations": {node: {"file": f, "name": n, "lines": list(ls)} for node, f, n, ls in plan.locations},
+        "runner": (_HERE / "grader_runner.py").read_text(),
+    }
+    encoded = base64.b64encode(json.dumps(config).encode()).decode()
+    source = (_HERE / "grader_bootstrap.py").read_text()
+    return f"{source}\n\nmain({encoded!r})\n".encode()
+
+
+def parse_grade_output(stdout: str, nonce: str) -> dict[str, Any] | None:
+    """The last `RLGRADE <json>` line whose nonce matches, or None."""
+    for line in reversed(stdout.splitlines()):
+        if not line.startswith(VERDICT_PREFIX):
+            continue
+        try:
+            verdict = json.loads(line[len(VERDICT_PREFIX):])
+        except ValueError:
+            continue
+        if isinstance(verdict, dict) and hmac.compare_digest(str(verdict.get("nonce", "")), nonce):
+            return verdict
+    return None
+
+
+def final_outcome(phases: Mapping[str, str]) -> str:
+    """'passed' only when setup, call and teardown all passed."""
+    if all(phases.get(p) == "passed" for p in PHASES):
+        return "passed"
+    if "failed" in (phases.get("setup"), phases.get("teardown")):
+        return "error"
+    return phases.get("call") or phases.get("setup") or "incomplete"
+
+
+def _base_id(node_id: str) -> str:
+    return node_id.split("[", 1)[0]
+
+
+def _listing(items: list[str], limit: int = 6) -> str:
+    more = f" (+{len(items) - limit} more)" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more
+
+
+def _problems(verdict: Mapping[str, Any], outcomes: Mapping[str, str], plan: GradePlan) -> list[str]:
+    report = verdict["report"]
+    passed = [n for n, o in outcomes.items() if o == "passed"]
+    bases = {_base_id(n) for n in passed}
+    problems = [f"tampering detected: {_listing(list(report.get('tampered') or []), 3)}"] if report.get("tampered") else []
+    if verdict.get("test_files_changed"):
+        problems.append(f"pristine test files changed while grading: {_listing(verdict['test_files_changed'])}")
+    if report.get("collect_errors"):
+        problems.append(f"collection errors: {_listing(report['collect_errors'], 1)[:600]}")
+    not_passed = [f"{n} ({o})" for n, o in sorted(outcomes.items()) if o != "passed"]
+    if not_passed:
+        problems.append(f"did not pass: {_listing(not_passed)}")
+    if bases - plan.expected_ids:
+        problems.append(f"unexpected tests: {_listing(sorted(bases - plan.expected_ids))}")
+    if plan.expected_ids - bases - {_base_id(n) for n in outcomes}:
+        problems.append(f"did not run: {_listing(sorted(plan.expected_ids - {_base_id(n) for n in outcomes}))}")
+    if len(passed) != plan.expected_passed:
+        problems.append(f"{len(passed)} tests passed, expected {plan.expected_passed}")
+    if report.get("exitstatus") != 0 or verdict.get("returncode") != 0:
+        problems.append(f"pytest exit status {report.get('exitstatus')} (process {verdict.get('returncode')})")
+    return problems
+
+
+def judge(verdict: Mapping[str, Any], plan: GradePlan) -> GradeResult:
+    """Turn an authenticated bootstrap verdict into a `GradeResult`."""
+    expected = plan.expected_passed
+    if verdict.get("status") == "timeout":
+        return GradeResult(0.0, 0, expected, timed_out=True, detail=str(verdict.get("detail", "timed out")))
+    if verdict.get("status") != "ok" or not isinstance(verdict.get("report"), dict):
+        return GradeResult(0.0, 0, expected, detail=f"{verdict.get('status')}: {verdict.get('detail', '')}")
+    tests = verdict["report"].get("tests") or {}
+    outcomes = {str(n): final_outcome(p if isinstance(p, dict) else {}) for n, p in tests.items()}
+    good = sum(1 for n, o in outcomes.items() if o == "passed" and _base_id(n) in plan.expected_ids)
+    failed = sum(1 for o in outcomes.values() if o != "passed") + len(verdict["report"].get("collect_errors") or [])
+    problems = _problems(verdict, outcomes, plan)
+    if problems:
+        return GradeResult(0.0, good, expected, failed=failed, detail="; ".join(problems))
+    return GradeResult(1.0, good, expected, failed=0, detail=f"{good}/{expected} tests passed")
+
+
+async def grade_pytest(
+    backend: Backend,
+    sandbox: SandboxHandle,
+    *,
+    sources: list[str],
+    tests: Mapping[str, str],
+    expected_passed: int,
+    timeout: float = 60.0,
+) -> GradeResult:
+    """Grade the sandbox's `sources` against pristine `tests` (see the module docstring)."""
+    plan = plan_grade(sources, tests, expected_passed, timeout)
+    nonce = secrets.token_hex(16)
+    result = await backend.exec(sandbox, BOOTSTRAP_COMMAND, stdin=bootstrap_program(plan, nonce),
+                                timeout=plan.timeout + EXEC_SLACK_SECONDS)
+    if result.timed_out:
+        return GradeResult(0.0, 0, plan.expected_passed, timed_out=True,
+                           detail=f"grading exceeded {plan.timeout + EXEC_SLACK_SECONDS:.0f}s")
+    verdict = parse_grade_output(result.stdout, nonce)
+    if verdict is None:
+        why = f"exit {result.exit_code}" + (f", {result.limit_hit} limit" if result.limit_hit else "")
+        return GradeResult(0.0, 0, plan.expected_passed,
+                           detail=f"grader produced no verdict ({why}): {result.output[-500:]}")
+    return judge(verdict, plan)

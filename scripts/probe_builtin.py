@@ -1,0 +1,183 @@
+"""Probe the untrained built-in policy on calc variants: pass rate per variant and overall.
+
+    python scripts/probe_builtin.py --split heldout --group 8 [--max-turns 8] [--seed 0]
+        [--scale 1.0] [--server] [--show 1]
+
+Each episode copies the buggy workspace into a temp dir, runs the same chat loop as
+`rl_daytona.agent` (system + user prompt, `bash` tool calls, output + `[exit code N]`),
+executing commands with `sh -c` in that dir, then grades with the pristine tests. By default
+the policy is called in-process (fast, for tuning the prior); `--server` goes through a real
+`start_builtin_server` over HTTP with the openai client instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rl_daytona.agent import BASH_TOOL, SYSTEM_PROMPT, truncate_output
+from rl_daytona.policy import grammar as G
+from rl_daytona.policy.chat import SUBMIT_TEXT, CompletionMemo, encode_prompt
+from rl_daytona.policy.model import PolicyModel
+from rl_daytona.tasks.calc import bugs
+
+FILES = Path(bugs.__file__).parent / "files"
+PROMPT = ("The tests in test_calc.py fail. Fix the bugs in calc.py so every test passes. "
+          "Do not edit the tests.")
+ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+
+
+def run_command(workdir: Path, command: str, limit: int = 4000) -> str:
+    proc = subprocess.run(["sh", "-c", command], cwd=workdir, capture_output=True, text=True, timeout=60, env=ENV)
+    out = proc.stdout if not proc.stderr else f"{proc.stdout}{'' if proc.stdout.endswith(chr(10)) else chr(10)}{proc.stderr}"
+    if not proc.stdout:
+        out = proc.stderr
+    return f"{truncate_output(out, limit)}\n[exit code {proc.returncode}]"
+
+
+def seed_workspace(variant: int) -> Path:
+    workdir = Path(tempfile.mkdtemp(prefix="probe-calc-"))
+    (workdir / "calc.py").write_text(bugs.buggy_source(variant))
+    shutil.copy(FILES / "test_calc.py", workdir / "test_calc.py")
+    return workdir
+
+
+def grade(workdir: Path) -> bool:
+    with tempfile.TemporaryDirectory(prefix="probe-grade-") as tmp:
+        shutil.copy(workdir / "calc.py", Path(tmp) / "calc.py")
+        shutil.copy(FILES / "test_calc.py", Path(tmp) / "test_calc.py")
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "--tb=no", "-p", "no:cacheprovider"],
+                              cwd=tmp, capture_output=True, text=True, timeout=60)
+        return proc.returncode == 0
+
+
+def local_policy(model: PolicyModel, memo: CompletionMemo, seed: int):
+    """A `complete(messages) -> assistant message` over the in-process model."""
+    rng = np.random.default_rng(seed)
+
+    def complete(messages: list[dict[str, Any]]) -> dict[str, Any]:
+        ids, _ = model.sample(encode_prompt(messages, memo), rng, 1.0, 256)
+        if G.is_complete(ids) and ids[0] == G.V.SUBMIT:
+            return {"role": "assistant", "content": SUBMIT_TEXT}
+        call_id = f"call_{rng.integers(1 << 62):x}"
+        memo.remember(call_id, ids)
+        call = {"id": call_id, "type": "function",
+                "function": {"name": "bash", "arguments": json.dumps({"command": G.render(ids)})}}
+        return {"role": "assistant", "content": None, "tool_calls": [call]}
+
+    return complete
+
+
+def episode(complete, variant: int, max_turns: int) -> tuple[bool, list[dict[str, Any]]]:
+    workdir = seed_workspace(variant)
+    try:
+        messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT},
+                                          {"role": "user", "content": PROMPT}]
+        for _ in range(max_turns):
+            message = complete(messages)
+            messages.append(message)
+            if not message.get("tool_calls"):
+                break
+            call = message["tool_calls"][0]
+            command = json.loads(call["function"]["arguments"])["command"]
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": run_command(workdir, command)})
+        return grade(workdir), messages
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def server_policy(url: str, seed: int):
+    import openai
+
+    client = openai.OpenAI(base_url=url, api_key="none")
+    counter = iter(range(1 << 62))
+
+    def complete(messages: list[dict[str, Any]]) -> dict[str, Any]:
+        resp = client.chat.completions.create(model="builtin", messages=messages, tools=[BASH_TOOL],
+                                              temperature=1.0, logprobs=True, seed=seed * 100003 + next(counter),
+                                              extra_body={"return_token_ids": True})
+        msg = resp.choices[0].message
+        if not msg.tool_calls:
+            return {"role": "assistant", "content": msg.content or ""}
+        calls = [{"id": c.id, "type": "function", "function": {"name": c.function.name,
+                                                               "arguments": c.function.arguments}}
+                 for c in msg.tool_calls]
+        return {"role": "assistant", "content": None, "tool_calls": calls}
+
+    return complete
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--split", default="heldout", choices=["train", "heldout", "all"])
+    parser.add_argument("--group", type=int, default=8, help="attempts per variant")
+    parser.add_argument("--max-turns", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--scale", type=float, default=None, help="override prior.PRIOR_SCALE")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--server", action="store_true", help="go through the HTTP server and openai client")
+    parser.add_argument("--show", type=int, default=0, help="print this many transcripts")
+    args = parser.parse_args()
+    variants = {"train": bugs.TRAIN_VARIANTS, "heldout": bugs.HELDOUT_VARIANTS,
+                "all": bugs.TRAIN_VARIANTS + bugs.HELDOUT_VARIANTS}[args.split]
+    asyncio.run(probe(args, variants))
+
+
+async def probe(args: argparse.Namespace, variants: tuple[int, ...]) -> None:
+    from rl_daytona.policy.prior import initial_params
+
+    jobs = [(v, a) for v in variants for a in range(args.group)]
+    server = None
+    if args.server:
+        from rl_daytona.policy.launch import start_builtin_server
+
+        server = start_builtin_server()
+    model = PolicyModel(initial_params(args.scale))
+    memo = CompletionMemo()
+    started = time.time()
+
+    def run(job: tuple[int, int]) -> tuple[int, bool, list[dict[str, Any]]]:
+        variant, attempt = job
+        seed = args.seed * 1_000_003 + variant * 1009 + attempt
+        complete = server_policy(server.url, seed) if server else local_policy(model, memo, seed)
+        ok, messages = episode(complete, variant, args.max_turns)
+        return variant, ok, messages
+
+    try:
+        with ThreadPoolExecutor(args.workers) as pool:
+            results = list(pool.map(run, jobs))
+    finally:
+        if server:
+            server.close()
+    report(results, variants, args, time.time() - started)
+
+
+def report(results, variants, args, seconds: float) -> None:
+    for _, ok, messages in results[: args.show]:
+        print(f"--- transcript (passed={ok})")
+        for m in messages[2:]:
+            print(m["tool_calls"][0]["function"]["arguments"] if m.get("tool_calls") else m.get("content"))
+    total = 0
+    for v in variants:
+        passed = [ok for var, ok, _ in results if var == v]
+        total += sum(passed)
+        print(f"variant {v:2d} {','.join(bugs.variant_bugs(v)):75s} {sum(passed)}/{len(passed)}")
+    groups_mixed = sum(0 < sum(ok for var, ok, _ in results if var == v) < args.group for v in variants)
+    print(f"split={args.split} group={args.group} pass_rate={total / len(results):.3f} "
+          f"({total}/{len(results)}) mixed_groups={groups_mixed}/{len(variants)} in {seconds:.1f}s")
+
+
+if __name__ == "__main__":
+    main()
