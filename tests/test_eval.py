@@ -11,12 +11,14 @@ import pytest
 
 from rl_daytona.eval import EvalConfig, requests_for, run_eval
 from rl_daytona.tasks import TaskError
+from rl_daytona.types import Settings
 
 
 @pytest.mark.usefixtures("ray_session")
 def test_eval_on_calc_writes_summary_and_rollouts(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    summary = run_eval(EvalConfig(out=out, taskset="calc", split="heldout", group=2, max_concurrent=16))
+    summary = run_eval(EvalConfig(out=out, taskset="calc", split="heldout", group=2, max_concurrent=16,
+                                  settings=Settings(max_turns=3)))
     n_tasks = len(requests_for("calc", "heldout", 1))
     assert summary["rollouts"] == 2 * n_tasks
     assert summary["counts_by_status"] == {"ok": 2 * n_tasks}
