@@ -41,9 +41,9 @@ def _run(tmp_path: Path, replies: list[Reply], pool_config: PoolConfig = PoolCon
 
 
 def test_a_scripted_fix_is_graded_ok_and_the_sandbox_released(tmp_path: Path) -> None:
-    from tests.tasks.example_task import FIX_COMMAND
+    from tests.tasks.example_task import FIXES
 
-    rollout, stats = _run(tmp_path, [Reply(command=FIX_COMMAND), Reply(content="fixed")])
+    rollout, stats = _run(tmp_path, [Reply(command=FIXES[0]), Reply(content="fixed")])
     assert rollout.status is RolloutStatus.OK and rollout.reward == 1.0, rollout.error
     assert rollout.timings.total >= rollout.timings.agent > 0
     assert rollout.trajectory.turns == 2 and rollout.sandbox_id

@@ -143,7 +143,10 @@ def final_outcome(phases: Mapping[str, str]) -> str:
         return "passed"
     if "failed" in (phases.get("setup"), phases.get("teardown")):
         return "error"
-    return phases.get("call") or phases.get("setup") or "incomplete"
+    for phase in ("call", "setup"):
+        if phases.get(phase) not in (None, "passed"):
+            return phases[phase]
+    return "incomplete"
 
 
 def _base_id(node_id: str) -> str:
@@ -184,12 +187,16 @@ def judge(verdict: Mapping[str, Any], plan: GradePlan) -> GradeResult:
     if verdict.get("status") == "timeout":
         return GradeResult(0.0, 0, expected, timed_out=True, detail=str(verdict.get("detail", "timed out")))
     if verdict.get("status") != "ok" or not isinstance(verdict.get("report"), dict):
-        return GradeResult(0.0, 0, expected, detail=f"{verdict.get('status')}: {verdict.get('detail', '')}")
+        tail = str(verdict.get("output") or "")[-300:].strip()
+        detail = f"{verdict.get('status')}: {verdict.get('detail', '')}" + (f"; pytest output: {tail}" if tail else "")
+        return GradeResult(0.0, 0, expected, detail=detail)
     tests = verdict["report"].get("tests") or {}
     outcomes = {str(n): final_outcome(p if isinstance(p, dict) else {}) for n, p in tests.items()}
     good = sum(1 for n, o in outcomes.items() if o == "passed" and _base_id(n) in plan.expected_ids)
     failed = sum(1 for o in outcomes.values() if o != "passed") + len(verdict["report"].get("collect_errors") or [])
     problems = _problems(verdict, outcomes, plan)
+    if verdict["report"].get("tampered") or verdict.get("test_files_changed"):
+        good = 0  # outcomes from a tampered run mean nothing
     if problems:
         return GradeResult(0.0, good, expected, failed=failed, detail="; ".join(problems))
     return GradeResult(1.0, good, expected, failed=0, detail=f"{good}/{expected} tests passed")

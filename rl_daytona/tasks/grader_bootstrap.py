@@ -63,12 +63,12 @@ def read_source(workspace: str, rel: str) -> bytes:
         raise GradeFailure("missing_source", f"source file {rel} is missing from the workspace") from None
     except OSError as exc:
         raise GradeFailure("bad_source", f"source {rel} cannot be opened: {exc.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_SOURCE_BYTES:
+        os.close(fd)
+        why = "is not a regular file" if not stat.S_ISREG(info.st_mode) else f"exceeds {MAX_SOURCE_BYTES} bytes"
+        raise GradeFailure("bad_source", f"source {rel} {why}; refusing it")
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise GradeFailure("bad_source", f"source {rel} is not a regular file; refusing it")
-        if info.st_size > MAX_SOURCE_BYTES:
-            raise GradeFailure("bad_source", f"source {rel} is larger than {MAX_SOURCE_BYTES} bytes")
         return handle.read(MAX_SOURCE_BYTES + 1)
 
 
@@ -205,8 +205,9 @@ def grade(cfg: dict[str, Any]) -> dict[str, Any]:
     changed = [rel for rel, digest in place["digests"].items()
                if file_digest(os.path.join(place["work"], rel)) != digest]
     verdict = {"returncode": run["returncode"], "output": run["output"], "test_files_changed": changed}
-    if run["timed_out"]:
-        return {**verdict, "status": "timeout", "detail": f"pytest did not finish within {cfg['timeout']}s"}
+    if run["timed_out"] or run["returncode"] == -signal.SIGXCPU:
+        limit = f"{cfg['timeout']}s" if run["timed_out"] else "its CPU time limit"
+        return {**verdict, "status": "timeout", "detail": f"pytest did not finish within {limit}"}
     report = parse_report(run["report"], child_nonce)
     if report is None:
         status = "bad_report" if run["report"].strip() else "no_report"

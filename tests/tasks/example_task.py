@@ -1,4 +1,9 @@
-"""A second, non-calc task written only through the public API: a word counter with a bug."""
+"""A second task written only through the public API: a word-count module with one bug.
+
+Invariant: variant `v` seeds `wordcount.py` with exactly the bug `BUGS[v]` next to the
+pristine tests; `FIXES[v]` is a sed command that repairs it, so grading pays 1.0 after the
+fix and 0.0 before. Run it with `--taskset tests.tasks.example_task:EXAMPLE_TASKSET`.
+"""
 
 from __future__ import annotations
 
@@ -6,43 +11,66 @@ from typing import Any, AsyncGenerator
 
 from rl_daytona.tasks import TaskEnv, Taskset, task
 
-SOURCE = '''def count_words(text):
-    return len(text.split()) - 1
+SOURCE = '''"""wordcount: count things in text."""
+
+
+def count_words(text):
+    return len(text.split())
+
+
+def count_lines(text):
+    return len(text.splitlines())
 
 
 def longest_word(text):
-    words = text.split()
-    return max(words, key=len) if words else ""
+    return max(text.split(), key=len)
 '''
-FIXED_SOURCE = SOURCE.replace("len(text.split()) - 1", "len(text.split())")
-TESTS = '''from wordcount import count_words, longest_word
+
+TESTS = {"test_wordcount.py": '''from wordcount import count_lines, count_words, longest_word
 
 
-def test_count_words_simple():
-    assert count_words("a b c") == 3
+def test_count_words():
+    assert count_words("the quick brown fox") == 4
 
 
-def test_count_words_empty():
-    assert count_words("") == 0
+def test_count_lines():
+    assert count_lines("one\\ntwo\\nthree") == 3
 
 
 def test_longest_word():
     assert longest_word("a bbb cc") == "bbb"
-'''
-FIX_COMMAND = "sed -i 's/ - 1$//' wordcount.py && python -m pytest -q"
-PROMPTS = ("The tests in test_wordcount.py fail. Fix wordcount.py.",
-           "count_words is wrong; make every test in test_wordcount.py pass.")
+'''}
+
+# variant -> (pristine line, buggy line)
+BUGS: dict[int, tuple[str, str]] = {
+    0: ("    return len(text.split())", "    return len(text.split()) - 1"),
+    1: ("    return len(text.splitlines())", "    return len(text.splitlines()) + 1"),
+    2: ("    return max(text.split(), key=len)", "    return min(text.split(), key=len)"),
+}
+FIXES: dict[int, str] = {
+    0: "sed -i 's/len(text.split()) - 1/len(text.split())/' wordcount.py",
+    1: "sed -i 's/len(text.splitlines()) + 1/len(text.splitlines())/' wordcount.py",
+    2: "sed -i 's/return min(/return max(/' wordcount.py",
+}
+PROMPT = "The tests in test_wordcount.py fail. Fix wordcount.py; do not edit the tests."
 
 
-@task(name="wordcount")
-async def wordcount(env: TaskEnv, *, variant: int = 0) -> AsyncGenerator[Any, Any]:
-    """Fix the off-by-one in count_words."""
-    await env.write_files({"wordcount.py": SOURCE, "test_wordcount.py": TESTS})
-    yield PROMPTS[variant % len(PROMPTS)]
-    yield await env.grade_pytest(sources=["wordcount.py"], tests={"test_wordcount.py": TESTS},
-                                 expected_passed=3, timeout=30)
+def buggy_wordcount(variant: int) -> str:
+    good, bad = BUGS[variant]
+    return SOURCE.replace(good + "\n", bad + "\n", 1)
 
 
-INSTANCES = tuple(wordcount(variant=v) for v in range(2))
-EXAMPLE_TASKSET = Taskset(name="wordcount", instances=INSTANCES,
-                          splits={"train": (INSTANCES[0].instance_id,), "heldout": (INSTANCES[1].instance_id,)})
+async def _wordcount(env: TaskEnv, *, variant: int) -> AsyncGenerator[Any, Any]:
+    """Fix the off-by-one (or wrong-function) bug in wordcount.py."""
+    await env.write_files({"wordcount.py": buggy_wordcount(variant), **TESTS})
+    yield PROMPT
+    yield await env.grade_pytest(sources=["wordcount.py"], tests=TESTS, expected_passed=3, timeout=30)
+
+
+wordcount_task = task(name="wordcount")(_wordcount)
+
+EXAMPLE_TASKSET = Taskset(
+    name="wordcount",
+    instances=tuple(wordcount_task(variant=v) for v in sorted(BUGS)),
+    splits={"train": ("wordcount[variant=0]", "wordcount[variant=1]"), "heldout": ("wordcount[variant=2]",)},
+)

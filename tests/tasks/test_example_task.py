@@ -1,61 +1,58 @@
-"""The public task API end to end on the real local backend, with a task that is not calc."""
+"""A user task written only through the public API, run end to end on the real LocalBackend."""
 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 
 from rl_daytona.backends.local import LocalBackend
-from rl_daytona.tasks import TaskEnv, TaskError, get_taskset, task
-from tests.tasks.example_task import EXAMPLE_TASKSET, FIX_COMMAND
-
-SPEC = "tests.tasks.example_task:EXAMPLE_TASKSET"
+from rl_daytona.tasks import GradeResult, TaskEnv, TaskInstance, get_taskset
+from tests.tasks.example_task import BUGS, EXAMPLE_TASKSET, FIXES, PROMPT, SOURCE, buggy_wordcount
 
 
-def _attempt(tmp_path: Path, command: str | None) -> float:
-    async def go() -> float:
-        backend = LocalBackend(tmp_path / "sb")
-        sandbox = await backend.create("example")
-        run = EXAMPLE_TASKSET.split("train")[0].start(TaskEnv(backend, sandbox))
-        prompt = await run.prompt()
-        assert "wordcount.py" in prompt
-        if command:
-            await backend.exec(sandbox, command)
-        grade = await run.reward()
-        await backend.delete(sandbox)
-        return grade.reward
+def attempt(backend: LocalBackend, instance: TaskInstance, command: str | None) -> tuple[str, bytes, GradeResult]:
+    """Seed the task, optionally run one shell command as the 'agent', then grade."""
+    async def run() -> tuple[str, bytes, GradeResult]:
+        sandbox = await backend.create("example-task")
+        env = TaskEnv(backend, sandbox)
+        task_run = instance.start(env)
+        try:
+            prompt = await task_run.prompt()
+            seeded = await env.read_file("wordcount.py")
+            if command:
+                assert (await env.exec(command)).exit_code == 0
+            return prompt, seeded, await task_run.reward()
+        finally:
+            await backend.delete(sandbox)
 
-    return asyncio.run(go())
-
-
-def test_fixed_attempt_earns_one(tmp_path: Path) -> None:
-    assert _attempt(tmp_path, FIX_COMMAND) == 1.0
+    return asyncio.run(run())
 
 
-def test_unfixed_attempt_earns_zero(tmp_path: Path) -> None:
-    assert _attempt(tmp_path, None) == 0.0
+def test_taskset_loads_by_import_spec() -> None:
+    taskset = get_taskset("tests.tasks.example_task:EXAMPLE_TASKSET")
+    assert taskset is EXAMPLE_TASKSET and taskset.name == "wordcount"
+    assert [i.variant for i in taskset.split("train")] == ["0", "1"]
+    assert [i.variant for i in taskset.split("heldout")] == ["2"]
 
 
-def test_every_attempt_is_seeded_fresh(tmp_path: Path) -> None:
-    assert _attempt(tmp_path, FIX_COMMAND) == 1.0
-    assert _attempt(tmp_path, None) == 0.0  # the earlier fix does not leak into a new attempt
+@pytest.mark.parametrize("variant", sorted(BUGS))
+def test_each_variant_seeds_a_real_bug(variant: int) -> None:
+    good, bad = BUGS[variant]
+    assert buggy_wordcount(variant) == SOURCE.replace(good, bad) != SOURCE
 
 
-def test_registry_resolves_import_specs_and_rejects_bad_ones() -> None:
-    assert get_taskset(SPEC) is EXAMPLE_TASKSET
-    assert [i.instance_id for i in EXAMPLE_TASKSET.split("heldout")] == ["wordcount[variant=1]"]
-    with pytest.raises(TaskError, match="cannot import"):
-        get_taskset("no.such.module:X")
-    with pytest.raises(TaskError, match="not a Taskset"):
-        get_taskset("tests.tasks.example_task:FIX_COMMAND")
-    with pytest.raises(TaskError, match="no split"):
-        EXAMPLE_TASKSET.split("validation")
+@pytest.mark.parametrize("variant", sorted(BUGS))
+def test_sed_fix_pays_one(local_backend: LocalBackend, variant: int) -> None:
+    prompt, seeded, result = attempt(local_backend, EXAMPLE_TASKSET.instances[variant], FIXES[variant])
+    assert prompt == PROMPT and seeded.decode() == buggy_wordcount(variant)
+    assert (result.reward, result.passed, result.expected) == (1.0, 3, 3), result.detail
 
 
-def test_task_api_rejects_non_generators_and_bad_kwargs() -> None:
-    with pytest.raises(TaskError, match="async generator"):
-        task()(lambda env: None)  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
-        EXAMPLE_TASKSET.instances[0].task(colour="red")
+def test_unfixed_pays_zero(local_backend: LocalBackend) -> None:
+    result = attempt(local_backend, EXAMPLE_TASKSET.instances[0], None)[2]
+    assert result.reward == 0.0 and "test_count_words (failed)" in result.detail
+
+
+def test_the_wrong_fix_pays_zero(local_backend: LocalBackend) -> None:
+    assert attempt(local_backend, EXAMPLE_TASKSET.instances[0], FIXES[2])[2].reward == 0.0
