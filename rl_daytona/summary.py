@@ -10,6 +10,7 @@ from collections import Counter, defaultdict
 from typing import Any, Iterable
 
 import numpy as np
+from rich.markup import escape
 from rich.table import Table
 
 from rl_daytona.types import Rollout, RolloutStatus
@@ -78,7 +79,7 @@ def render_table(summary: dict[str, Any], title: str) -> Table:
                           ("spread (std)", "right"), ("attempts", "left")):
         table.add_column(name, justify=justify, no_wrap=name == "task")  # type: ignore[arg-type]
     for task_id, row in summary["per_task"].items():
-        table.add_row(task_id, f"{row['passes']}/{row['attempts']}", f"{row['pass_rate']:.0%}",
+        table.add_row(escape(task_id), f"{row['passes']}/{row['attempts']}", f"{row['pass_rate']:.0%}",
                       f"{row['reward_std']:.2f}", _glyphs(row["rewards"]))
     groups = summary["groups"]
     table.caption = (f"pass rate {summary['pass_rate']:.1%} over {summary['scored_rollouts']} attempts; "
