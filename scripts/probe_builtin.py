@@ -36,10 +36,38 @@ from rl_daytona.tasks.calc import bugs
 FILES = Path(bugs.__file__).parent / "files"
 PROMPT = ("The tests in test_calc.py fail. Fix the bugs in calc.py so every test passes. "
           "Do not edit the tests.")
-ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}",
+       "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # as in the sandbox's clean env
+
+
+_CACHE: dict[tuple[str, ...], tuple[str, dict[str, str]]] = {}
+
+
+def _snapshot(workdir: Path) -> dict[str, str]:
+    return {p.name: p.read_text(errors="replace") for p in sorted(workdir.iterdir()) if p.is_file()}
 
 
 def run_command(workdir: Path, command: str, limit: int = 4000) -> str:
+    """`_run_command`, memoised on (workspace files, command): the grammar's commands are
+    deterministic functions of the files (pytest's own timing line aside), and most episodes
+    start by running the same tests on the same source, so the probe skips re-running them."""
+    before = _snapshot(workdir)
+    key = (command, *(f"{k}\0{v}" for k, v in before.items()))
+    hit = _CACHE.get(key)
+    if hit is None:
+        out = _run_command(workdir, command, limit)
+        hit = _CACHE[key] = (out, _snapshot(workdir))
+        return out
+    out, after = hit
+    for name in set(before) - set(after):
+        (workdir / name).unlink()
+    for name, text in after.items():
+        if before.get(name) != text:
+            (workdir / name).write_text(text)
+    return out
+
+
+def _run_command(workdir: Path, command: str, limit: int = 4000) -> str:
     proc = subprocess.run(["sh", "-c", command], cwd=workdir, capture_output=True, text=True, timeout=60, env=ENV)
     out = proc.stdout if not proc.stderr else f"{proc.stdout}{'' if proc.stdout.endswith(chr(10)) else chr(10)}{proc.stderr}"
     if not proc.stdout:
@@ -54,12 +82,22 @@ def seed_workspace(variant: int) -> Path:
     return workdir
 
 
+_GRADES: dict[str, bool] = {}
+
+
 def grade(workdir: Path) -> bool:
+    source = (workdir / "calc.py").read_text(errors="replace")
+    if source not in _GRADES:
+        _GRADES[source] = _grade(workdir)
+    return _GRADES[source]
+
+
+def _grade(workdir: Path) -> bool:
     with tempfile.TemporaryDirectory(prefix="probe-grade-") as tmp:
         shutil.copy(workdir / "calc.py", Path(tmp) / "calc.py")
         shutil.copy(FILES / "test_calc.py", Path(tmp) / "test_calc.py")
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "--tb=no", "-p", "no:cacheprovider"],
-                              cwd=tmp, capture_output=True, text=True, timeout=60)
+                              cwd=tmp, env=ENV, capture_output=True, text=True, timeout=60)
         return proc.returncode == 0
 
 
@@ -129,9 +167,12 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--server", action="store_true", help="go through the HTTP server and openai client")
     parser.add_argument("--show", type=int, default=0, help="print this many transcripts")
+    parser.add_argument("--variants", type=str, default="", help="comma-separated variants (overrides --split)")
     args = parser.parse_args()
     variants = {"train": bugs.TRAIN_VARIANTS, "heldout": bugs.HELDOUT_VARIANTS,
                 "all": bugs.TRAIN_VARIANTS + bugs.HELDOUT_VARIANTS}[args.split]
+    if args.variants:
+        variants = tuple(int(v) for v in args.variants.split(","))
     asyncio.run(probe(args, variants))
 
 
@@ -168,7 +209,14 @@ def report(results, variants, args, seconds: float) -> None:
     for _, ok, messages in results[: args.show]:
         print(f"--- transcript (passed={ok})")
         for m in messages[2:]:
-            print(m["tool_calls"][0]["function"]["arguments"] if m.get("tool_calls") else m.get("content"))
+            if m.get("tool_calls"):
+                print("$", json.loads(m["tool_calls"][0]["function"]["arguments"])["command"])
+            elif m["role"] == "tool":
+                lines = [x for x in (m.get("content") or "").splitlines() if x.strip()]
+                keep = [x for x in lines if x.startswith(("FAILED", "ERROR", "E "))] + lines[-2:]
+                print("   " + "\n   ".join(dict.fromkeys(keep)))
+            else:
+                print(m.get("content"))
     total = 0
     for v in variants:
         passed = [ok for var, ok, _ in results if var == v]

@@ -68,10 +68,17 @@ def command_of_tool_call(call: Mapping[str, Any]) -> str:
 def assistant_ids(message: Mapping[str, Any], memo: CompletionMemo | None = None) -> tuple[int, ...]:
     """The completion ids an assistant message stands for."""
     calls = message.get("tool_calls") or []
+    if not isinstance(calls, Sequence) or isinstance(calls, (str, bytes)):
+        raise ChatFormatError("an assistant message's 'tool_calls' must be a list of objects")
     if not calls:
         text = message_text(message.get("content"))
-        return (V.SUBMIT,) if text == SUBMIT_TEXT else tuple(V.encode_bytes(text))
+        if text == SUBMIT_TEXT:
+            return (V.SUBMIT,)
+        cut = G.parse_prefix(text)  # a completion cut off by max_tokens comes back as its text
+        return cut if cut is not None else tuple(V.encode_bytes(text))
     call = calls[0]
+    if not isinstance(call, Mapping):
+        raise ChatFormatError("an assistant message's 'tool_calls' must be a list of objects")
     remembered = memo.get(str(call.get("id", ""))) if memo is not None else None
     if remembered is not None:
         return remembered

@@ -8,7 +8,11 @@ lookups are memoised by text only, so repeated requests over the same file stay 
 
 from __future__ import annotations
 
+import builtins
+import dis
 import math
+import re
+import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Sequence
@@ -20,6 +24,8 @@ from rl_daytona.policy.features import Decision, sparse_block
 from rl_daytona.policy.observe import Function, Observation, apply_substitution
 
 SLOTS = ("edit_line", "old", "new", "sep")
+_OLD = {name: i for i, name in enumerate(P.OLD_FEATURES)}
+_NEW = {name: i for i, name in enumerate(P.NEW_FEATURES)}
 
 
 def _kind_relation(a: int, b: int) -> tuple[tuple[int, float], ...]:
@@ -49,6 +55,65 @@ def replaced(text: str, old: int) -> tuple[str, ...]:
 @lru_cache(maxsize=65536)
 def occurrences(text: str, old: int) -> int:
     return len(V.FRAGMENT_REGEX[old].findall(text))
+
+
+_BUILTINS = frozenset(dir(builtins))
+
+
+@lru_cache(maxsize=65536)
+def check_function(source: str) -> tuple[bool, frozenset[str]]:
+    """(compiles, global names it reads) of one top-level function's text.
+
+    What any programmer sees at a glance: whether an edit leaves valid Python, and which
+    names the function would look up outside itself (a typo'd or foreign local shows here).
+    """
+    try:
+        with warnings.catch_warnings():  # "'int' object is not callable" is as broken as a syntax error
+            warnings.simplefilter("error", SyntaxWarning)
+            module = compile(source, "<edit>", "exec")
+    except (SyntaxError, SyntaxWarning, ValueError):
+        return False, frozenset()
+    names: set[str] = set()
+    stack = [c for c in module.co_consts if hasattr(c, "co_names")]
+    while stack:
+        code = stack.pop()
+        names.update(i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME"))
+        stack.extend(c for c in code.co_consts if hasattr(c, "co_names"))
+    return True, frozenset(names)
+
+
+def _edit_checks(obs: Observation, draft: Draft, line: int, after: str | None) -> tuple[bool, bool]:
+    """(breaks syntax, reads an unknown global) for the function after `line` becomes `after`."""
+    fn = obs.function_at(line)
+    if fn is None or after is None:
+        return False, False
+    body = [after if n == line else draft.working.get(n, "") for n in range(fn.start, fn.end + 1)]
+    ok, names = check_function("\n".join(body).rstrip() + "\n")
+    if not ok:
+        return True, False
+    known = _BUILTINS | {f.name for f in obs.functions}
+    return False, bool(names - known) or _updates_unbound(after, body[: line - fn.start])
+
+
+_AUGMENTED = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?:\+|-|\*|/|//|%|\*\*)=")
+
+
+def _updates_unbound(after: str, earlier: list[str]) -> bool:
+    """`m -= ...` where no earlier line of the function (the `def` included) names `m`."""
+    found = _AUGMENTED.match(after)
+    if not found:
+        return False
+    name = re.compile(rf"\b{found.group(1)}\b")
+    return not any(name.search(text) for text in earlier)
+
+
+def _has_valid_new(obs: Observation, draft: "Draft", line: int, text: str, old: int) -> bool:
+    """Whether some compatible replacement of `old` on this line changes it into valid code."""
+    for new, after in enumerate(replaced(text, old)):
+        if after != text and V.kinds_compatible(V.FRAGMENT_KIND[old], V.FRAGMENT_KIND[new]):
+            if _edit_checks(obs, draft, line, after) == (False, False):
+                return True
+    return False
 
 
 @dataclass
@@ -135,11 +200,28 @@ def _line_features(obs: Observation, draft: Draft, n: int) -> tuple[dict[str, fl
         "log_bad_tries": math.log1p(sum(1 for line, _ in obs.bad_texts if line == n)),
         "log_fragments": math.log1p(len(frags)),
         "failing_fn_untouched": failing and not _function_dirty(obs, draft, fn),
+        "calls_failing_fn": failing and calls_failing(obs, fn),
     }
     for kind in {V.FRAGMENT_KIND[f] for f in frags}:
         features[f"has_{kind}"] = 1.0
     keys = [("line", fn.name if fn else "", n - (fn.start if fn else 0)), ("text", text.strip())]
     return {k: float(v) for k, v in features.items()}, keys
+
+
+def calls_failing(obs: Observation, fn: Function | None) -> bool:
+    """Whether `fn` calls another failing function (which may be why it fails: fix that first)."""
+    if fn is None:
+        return False
+    others = [f for f in obs.failing_functions if f != fn.name]
+    if not others:
+        return False
+    body = "\n".join(obs.lines.get(n, "") for n in range(fn.start + 1, fn.end + 1))
+    return _calls_any(body, tuple(sorted(others)))
+
+
+@lru_cache(maxsize=65536)
+def _calls_any(body: str, names: tuple[str, ...]) -> bool:
+    return any(re.search(rf"\b{re.escape(name)}\s*\(", body) for name in names)
 
 
 def _function_dirty(obs: Observation, draft: Draft, fn: Function | None) -> bool:
@@ -162,7 +244,9 @@ def _old_decision(obs: Observation, draft: Draft, line: int, allowed: tuple[int,
         o = V.fragment_of(token)
         revertible = bad and obs.original.get(line) in replaced(text, o)
         repeated = text is not None and occurrences(text, o) > 1
-        rows.append([(0, float(revertible)), (1, float(failing)), (2, float(repeated))])
+        stuck = text is not None and not _has_valid_new(obs, draft, line, text, o)
+        rows.append([(_OLD["revertible"], float(revertible)), (_OLD["in_failing_fn"], float(failing)),
+                     (_OLD["repeated_on_line"], float(repeated)), (_OLD["no_valid_new"], float(stuck))])
         hashes.append([(P.hashed("fo", name, o), 1.0), (P.hashed("to", stripped, o), 1.0)])
         biases.append([(o, 1.0)])
     blocks = (sparse_block("old_bias", biases), sparse_block("old_w", rows), sparse_block("old_hash", hashes))
@@ -180,8 +264,11 @@ def _new_decision(obs: Observation, draft: Draft, line: int, old: int, allowed: 
     for token in allowed:
         r = V.fragment_of(token)
         after = results[r] if results is not None else None
-        rows.append([(0, float(bad and after == original)), (1, float((line, after) in obs.bad_texts)),
-                     *_KIND_RELATION[old][r]])
+        syntax, unknown = _edit_checks(obs, draft, line, after) if after != text else (False, False)
+        rows.append([(_NEW["reverts"], float(bad and after == original)),
+                     (_NEW["known_bad"], float((line, after) in obs.bad_texts)), *_KIND_RELATION[old][r],
+                     (_NEW["breaks_syntax"], float(syntax)), (_NEW["unknown_name"], float(unknown)),
+                     (_NEW["no_change"], float(after == text))])
         hashes.append([(P.hashed("for", name, old, r), 1.0), (P.hashed("tor", stripped, old, r), 1.0)])
         pairs.append([(old * P.N_FRAGMENTS + r, 1.0)])
     blocks = (sparse_block("pair_w", pairs), sparse_block("new_w", rows), sparse_block("new_hash", hashes))
@@ -190,7 +277,7 @@ def _new_decision(obs: Observation, draft: Draft, line: int, old: int, allowed: 
 
 def _sep_decision(obs: Observation, draft: Draft, allowed: tuple[int, ...]) -> Decision:
     untried = any(fn.name in obs.failing_functions and fn.name not in draft.tried_functions
-                  for fn in obs.functions)
+                  and not calls_failing(obs, fn) for fn in obs.functions)
     unreverted = any(obs.is_dirty_bad(n, t) for n, t in draft.working.items())
     context = {"bias": 1.0, "untried_failing_fn": float(untried), "unreverted_bad_line": float(unreverted),
                "subs_2": float(draft.subs >= 2), "subs_3": float(draft.subs >= 3)}

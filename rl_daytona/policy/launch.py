@@ -33,7 +33,13 @@ class BuiltinServer:
         atexit.register(self.close)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop the child (SIGTERM, then SIGKILL after `timeout`); closing twice is fine."""
+        """Stop the child (stdin closed + SIGTERM, then SIGKILL after `timeout`); closing twice is fine.
+
+        Closing stdin first ends the child's `--stop-on-stdin-eof` reader thread, so its event
+        loop can shut down cleanly instead of waiting on that thread until it is killed.
+        """
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            self.process.stdin.close()
         if self.process.poll() is None:
             self.process.terminate()
             try:

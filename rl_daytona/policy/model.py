@@ -83,10 +83,11 @@ class PolicyModel:
         self._adam_t = 0
 
     # -- scoring -------------------------------------------------------------------------
-    def logits(self, decision: Decision) -> np.ndarray:
+    def logits(self, decision: Decision, params: dict[str, np.ndarray] | None = None) -> np.ndarray:
+        params = self.params if params is None else params
         out = np.zeros(len(decision.candidates))
         for block in decision.blocks:
-            out += (self.params[block.param].reshape(-1)[block.index] * block.value).sum(axis=1)
+            out += (params[block.param].reshape(-1)[block.index] * block.value).sum(axis=1)
         return out
 
     def sample(self, context_ids: Sequence[int], rng: np.random.Generator, temperature: float = 1.0,
@@ -99,13 +100,14 @@ class PolicyModel:
                         max_tokens: int = 64, top_k: int = 0) -> "Sampled":
         """`sample`, plus the top-k alternatives of every step and whether the command finished."""
         obs = observe(context_ids)
+        params = self.params  # one snapshot: a training step swapping weights mid-sample cannot mix them
         ids: list[int] = []
         lps: list[float] = []
         tops: list[tuple[tuple[int, float], ...]] = []
         state = G.START
         while state != G.DONE and len(ids) < max_tokens:
             decision = decide(obs, ids, state)
-            lp = self._sampling_logprobs(decision, temperature)
+            lp = self._sampling_logprobs(decision, temperature, params)
             j = 0 if len(lp) == 1 else int(rng.choice(len(lp), p=_normalised(lp)))
             ids.append(decision.candidates[j])
             lps.append(float(lp[j]))
@@ -113,10 +115,11 @@ class PolicyModel:
             state = G.advance(state, decision.candidates[j])
         return Sampled(tuple(ids), tuple(lps), tuple(tops), state == G.DONE)
 
-    def _sampling_logprobs(self, decision: Decision, temperature: float) -> np.ndarray:
+    def _sampling_logprobs(self, decision: Decision, temperature: float,
+                           params: dict[str, np.ndarray] | None = None) -> np.ndarray:
         if len(decision.candidates) == 1:
             return np.zeros(1)
-        logits = self.logits(decision)
+        logits = self.logits(decision, params)
         if temperature <= 0:
             best = np.zeros_like(logits) - np.inf
             best[int(np.argmax(logits))] = 0.0
@@ -143,23 +146,26 @@ class PolicyModel:
             state = G.advance(state, token)
 
     def sequence_logprobs(self, token_ids: Sequence[int], loss_mask: Sequence[int],
-                          temperature: float = 1.0) -> np.ndarray:
+                          temperature: float = 1.0, params: dict[str, np.ndarray] | None = None) -> np.ndarray:
         """Logprob of every masked token given everything before it (0.0 where mask is 0)."""
+        params = self.params if params is None else params
         out = np.zeros(len(token_ids))
         for step in self.steps(token_ids, loss_mask):
-            lp = self._sampling_logprobs(step.decision, temperature)
+            lp = self._sampling_logprobs(step.decision, temperature, params)
             out[step.position] = lp[step.decision.candidates.index(step.token)]
         return out
 
     def logprob_grads(self, token_ids: Sequence[int], loss_mask: Sequence[int],
-                      weights_per_token: Sequence[float]) -> dict[str, np.ndarray]:
+                      weights_per_token: Sequence[float],
+                      params: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """Gradient of sum_i w_i * logprob_i (temperature 1) with respect to every param."""
-        grads = {k: np.zeros_like(v) for k, v in self.params.items()}
+        params = self.params if params is None else params
+        grads = {k: np.zeros_like(v) for k, v in params.items()}
         for step in self.steps(token_ids, loss_mask):
             weight = float(weights_per_token[step.position])
             if weight == 0.0 or len(step.decision.candidates) == 1:
                 continue
-            probs = np.exp(log_softmax(self.logits(step.decision)))
+            probs = np.exp(log_softmax(self.logits(step.decision, params)))
             coef = -weight * probs
             coef[step.decision.candidates.index(step.token)] += weight
             for block in step.decision.blocks:
@@ -175,36 +181,48 @@ class PolicyModel:
         """
         self._adam_t += 1
         t = self._adam_t
+        new_params = dict(self.params)
         for name, grad in grads.items():
             g = np.asarray(grad, dtype=np.float64) + weight_decay * self.params[name]
             self._adam_m[name] = beta1 * self._adam_m[name] + (1 - beta1) * g
             self._adam_v[name] = beta2 * self._adam_v[name] + (1 - beta2) * g * g
             m_hat = self._adam_m[name] / (1 - beta1 ** t)
             v_hat = self._adam_v[name] / (1 - beta2 ** t)
-            self.params[name] = self.params[name] - lr * m_hat / (np.sqrt(v_hat) + eps)
+            new_params[name] = self.params[name] - lr * m_hat / (np.sqrt(v_hat) + eps)
+        self.params = new_params  # one assignment: samplers see old or new weights, never a mix
         self.version += 1
         return self.version
+
+    def load_state_from(self, other: "PolicyModel") -> None:
+        """Take `other`'s params, Adam state and version (resume), in place."""
+        self._adam_m, self._adam_v, self._adam_t = other._adam_m, other._adam_v, other._adam_t
+        self.params = other.params
+        self.version = other.version
 
     # -- persistence ---------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
         """Write `<path>.npz` (params + Adam moments) and `<path>.json` (version, format)."""
-        base = Path(path).with_suffix("")
+        base = _base(path)
         arrays = {f"param/{k}": v for k, v in self.params.items()}
         arrays |= {f"adam_m/{k}": v for k, v in self._adam_m.items()}
         arrays |= {f"adam_v/{k}": v for k, v in self._adam_v.items()}
-        np.savez(base.with_suffix(".npz"), **arrays)
+        np.savez(_with(base, ".npz"), **arrays)
         meta = {"format": STATE_FORMAT, "version": self.version, "adam_t": self._adam_t,
                 "shapes": {k: list(v.shape) for k, v in self.params.items()}}
-        base.with_suffix(".json").write_text(json.dumps(meta, indent=2))
+        _with(base, ".json").write_text(json.dumps(meta, indent=2))
         return base
 
     @classmethod
     def load(cls, path: str | Path) -> "PolicyModel":
-        base = Path(path).with_suffix("")
-        meta = json.loads(base.with_suffix(".json").read_text())
+        base = _base(path)
+        meta = json.loads(_with(base, ".json").read_text())
         if meta.get("format") != STATE_FORMAT:
             raise ValueError(f"{base}.json is not a built-in policy state ({meta.get('format')!r})")
-        with np.load(base.with_suffix(".npz")) as data:
+        expected = {k: list(v) for k, v in P.SHAPES.items()}
+        if meta.get("shapes") != expected:
+            changed = sorted(k for k in expected if (meta.get("shapes") or {}).get(k) != expected[k])
+            raise ValueError(f"{base}.json was saved with a different parameter layout ({', '.join(changed)})")
+        with np.load(_with(base, ".npz")) as data:
             arrays = {k: data[k] for k in data.files}
         params = {k: arrays[f"param/{k}"] for k in P.SHAPES}
         model = cls(params=params, version=int(meta["version"]))
@@ -212,3 +230,13 @@ class PolicyModel:
         model._adam_v = {k: arrays[f"adam_v/{k}"] for k in P.SHAPES}
         model._adam_t = int(meta.get("adam_t", 0))
         return model
+
+
+def _base(path: str | Path) -> Path:
+    """`path` without a trailing .npz/.json (other dots, as in `policy.step1`, are kept)."""
+    p = Path(path)
+    return p.with_suffix("") if p.suffix in (".npz", ".json") else p
+
+
+def _with(base: Path, suffix: str) -> Path:
+    return base.with_name(base.name + suffix)

@@ -121,8 +121,8 @@ class Replay:
         numbered = command.verb in _NUMBERED_VIEW_IDS
         head = _CUT.split(output)[0]
         rows = head.split("\n")
-        if _CUT.search(output) and not numbered:
-            rows = rows[:-1]
+        if _CUT.search(output):
+            rows = rows[:-1]  # the row the cut fell in is partial: never believe it
         start = _view_start(command)
         for offset, row in enumerate(rows):
             if numbered:

@@ -26,11 +26,12 @@ VERB_CONTEXT: tuple[str, ...] = (
 LINE_FEATURES: tuple[str, ...] = (
     "in_failing_fn", "in_passing_fn", "outside_fn", "is_def", "is_return", "dirty_bad",
     "dirty_good", "fn_tried_in_command", "line_reverted_in_command", "line_tried_in_command",
-    "log_bad_tries", "log_fragments", "failing_fn_untouched",
+    "log_bad_tries", "log_fragments", "failing_fn_untouched", "calls_failing_fn",
     *(f"has_{kind}" for kind in V.KINDS),
 )
-OLD_FEATURES: tuple[str, ...] = ("revertible", "in_failing_fn", "repeated_on_line")
-NEW_FEATURES: tuple[str, ...] = ("reverts", "known_bad", "same_kind", "compatible_kind", "incompatible_kind")
+OLD_FEATURES: tuple[str, ...] = ("revertible", "in_failing_fn", "repeated_on_line", "no_valid_new")
+NEW_FEATURES: tuple[str, ...] = ("reverts", "known_bad", "same_kind", "compatible_kind", "incompatible_kind",
+                                 "breaks_syntax", "unknown_name", "no_change")
 SEP_CONTEXT: tuple[str, ...] = ("bias", "untried_failing_fn", "unreverted_bad_line", "subs_2", "subs_3")
 
 SHAPES: dict[str, tuple[int, ...]] = {

@@ -36,18 +36,20 @@ SLOT_PRIOR: dict[str, dict[str, float]] = {
     "suffix": {" && python -m pytest -q --tb=no": 4},
 }
 LINE_PRIOR: dict[str, float] = {
-    "in_failing_fn": 3, "in_passing_fn": -3, "outside_fn": -5, "is_def": -5, "is_return": 1.5,
+    "in_failing_fn": 3, "in_passing_fn": -3, "outside_fn": -5, "is_def": -5, "is_return": 0.5,
     "dirty_bad": 5, "dirty_good": -5, "fn_tried_in_command": -6, "line_reverted_in_command": 1,
     "line_tried_in_command": -5, "log_bad_tries": -0.3, "log_fragments": 0.0, "failing_fn_untouched": 0.5,
+    "calls_failing_fn": -3,
 }
 OLD_KIND_PRIOR: dict[str, float] = {
     "compare": 2.0, "arith": 2.0, "assign": 1.0, "logic": 0.5, "int": 1.2, "float": 0.5, "const": 0.3,
-    "builtin": 1.5, "name": -3.0, "offset": 0.5, "expr": -0.5, "paren": -0.5, "index": 0.0, "range": 0.0,
-    "eol": -0.5,
+    "builtin": 1.2, "name": -4.0, "offset": 1.0, "expr": 1.0, "paren": 1.5, "index": 0.5, "range": 0.5,
+    "eol": 0.3,
 }
-OLD_PRIOR: dict[str, float] = {"revertible": 4, "repeated_on_line": -0.3}
-NEW_PRIOR: dict[str, float] = {"reverts": 3, "known_bad": -8, "same_kind": 1, "compatible_kind": 0,
-                               "incompatible_kind": -6}
+OLD_PRIOR: dict[str, float] = {"revertible": 6, "repeated_on_line": -0.3, "no_valid_new": -8}
+NEW_PRIOR: dict[str, float] = {"reverts": 6, "known_bad": -8, "same_kind": 1, "compatible_kind": 0,
+                               "incompatible_kind": -6,
+                               "breaks_syntax": -8, "unknown_name": -6, "no_change": -6}
 SEP_PRIOR: dict[str, float] = {"bias": -3, "untried_failing_fn": 5, "unreverted_bad_line": 5,
                                "subs_2": -0.5, "subs_3": -1}
 PAIR_WEIGHT = 3.0

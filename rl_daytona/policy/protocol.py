@@ -98,10 +98,18 @@ def parse_request(raw: bytes) -> ChatRequest:
     )
 
 
+MIN_LOGPROB = -9999.0  # what vLLM reports for impossible tokens: -inf is not JSON
+
+
+def _finite(logprob: float) -> float:
+    return max(float(logprob), MIN_LOGPROB)
+
+
 def _logprob_entry(token: int, logprob: float, top: Sequence[tuple[int, float]]) -> dict[str, Any]:
     return {
-        "token": V.token_text(token), "logprob": logprob, "bytes": V.token_bytes(token),
-        "top_logprobs": [{"token": V.token_text(t), "logprob": lp, "bytes": V.token_bytes(t)} for t, lp in top],
+        "token": V.token_text(token), "logprob": _finite(logprob), "bytes": V.token_bytes(token),
+        "top_logprobs": [{"token": V.token_text(t), "logprob": _finite(lp), "bytes": V.token_bytes(t)}
+                         for t, lp in top],
     }
 
 

@@ -43,13 +43,14 @@ class PolicyService:
     def complete(self, request: ChatRequest) -> Completed:
         """Sample `request.n` completions (raises ChatFormatError on bad messages)."""
         model = self.model
+        version = model.version  # read before sampling: a step landing mid-request stamps the older one
         prompt = encode_prompt(request.messages, self.memo)
         choices = []
         for index in range(request.n):
             sampled = model.sample_detailed(prompt, self._rng(request, index), request.temperature,
                                             request.max_tokens, top_k=request.top_logprobs)
             choices.append(self._choice(sampled))
-        return Completed(tuple(prompt), tuple(choices), model.version)
+        return Completed(tuple(prompt), tuple(choices), version)
 
     def _choice(self, sampled: Sampled) -> Choice:
         ids = sampled.token_ids

@@ -1,0 +1,156 @@
+"""Features of the choices inside a `sed -i` edit, read back by their names in `params`."""
+
+from __future__ import annotations
+
+import builtins
+
+import pytest
+
+from rl_daytona.policy import edit_features as E
+from rl_daytona.policy import features as F
+from rl_daytona.policy import grammar as G
+from rl_daytona.policy import params as P
+from rl_daytona.policy import vocab as V
+from rl_daytona.policy.observe import Observation, apply_substitution, observe
+
+_ID = V.piece_id
+_FRAG = V.FRAGMENTS.index
+_NAMES = {"line_w": P.LINE_FEATURES, "old_w": P.OLD_FEATURES, "new_w": P.NEW_FEATURES}
+
+
+@pytest.mark.parametrize("source,ok,names", [
+    ("def f(xs):\n    return sum(xs) / len(xs)\n", True, {"sum", "len"}),
+    ("def f(xs):\n    m = mean(xs)\n    return sum((x - m) ** 2 for x in xs) / total.count\n", True,
+     {"mean", "sum", "total"}),  # genexpr bodies are read; `count` is an attribute, `x`/`m` are locals
+    ("def f(xs):\n    return [y for y in xs if y > lo]\n", True, {"lo"}),
+    ("def f(xs, lo):\n    return xs.lo + lo\n", True, set()),
+    ("def f(xs):\n    return sum(xs) / / len(xs)\n", False, set()),
+    ("def f(xs):\n    return (xs\n", False, set()),
+    ("def f(xs):\n    return 1(xs)\n", False, set()),  # 'int' object is not callable: a SyntaxWarning
+    ("def f(xs):\n  return xs\n    return 2\n", False, set()),
+])
+def test_check_function(source: str, ok: bool, names: set[str]) -> None:
+    assert E.check_function(source) == (ok, frozenset(names))
+
+
+def test_fragment_lookups_on_a_line() -> None:
+    text = "    return (s[mid - 1] + s[mid]) / 2"
+    on = {V.FRAGMENTS[f] for f in E.fragments_on(text)}
+    assert {" + ", " - ", " / ", "1", "2", "s", "mid", "[mid]", "mid - 1", "[mid - 1]", V.EOL} <= on
+    assert not on & {" // ", "n", "i", "[0]", "len(s)"}
+    assert E.occurrences(text, _FRAG("mid")) == 2 and E.occurrences(text, _FRAG(" // ")) == 0
+    replaced = E.replaced(text, _FRAG(" / "))
+    assert replaced[_FRAG(" // ")] == "    return (s[mid - 1] + s[mid]) // 2"
+    assert replaced[_FRAG(V.EOL)] == "    return (s[mid - 1] + s[mid])2"
+
+
+def _state(prefix: list[int]) -> G.GrammarState:
+    return G.advance(G.walk(prefix)[-1], prefix[-1])
+
+
+def _decide(obs: Observation, prefix: list[int]) -> F.Decision:
+    return F.decide(obs, prefix, _state(prefix))
+
+
+def _features(decision: F.Decision, param: str) -> dict[int, set[str]]:
+    """Candidate -> names of the features that fire in the `param` block."""
+    block = next(b for b in decision.blocks if b.param == param)
+    names = _NAMES[param]
+    return {c: {names[i] for i, v in zip(block.index[j], block.value[j]) if v != 0}
+            for j, c in enumerate(decision.candidates)}
+
+
+def _new_prefix(line: int, old: str) -> list[int]:
+    return [G.EDIT_ID, V.LINE_IDS[line - 1], _ID("s/"), V.OLD_IDS[_FRAG(old)], _ID("/")]
+
+
+def test_edit_lines_are_the_seen_lines_with_a_fragment(contexts: dict[str, list[int]]) -> None:
+    obs = observe(contexts["looked"])
+    decision = _decide(obs, [G.EDIT_ID])
+    expected = {n for n, t in obs.lines.items() if any(r.search(t) for r in V.FRAGMENT_REGEX[:-1])}
+    assert {V.line_of(c) for c in decision.candidates} == expected
+    feats = _features(decision, "line_w")
+    for c, names in feats.items():
+        fn = obs.function_at(V.line_of(c))
+        assert ("in_failing_fn" in names) == (fn is not None and fn.name in obs.failing_functions)
+        assert ("outside_fn" in names) == (fn is None)
+    assert obs.failing_functions == {"median", "percentile"}
+
+
+def test_without_the_source_every_line_and_fragment_stays_possible(contexts: dict[str, list[int]]) -> None:
+    obs = observe(contexts["fresh"])
+    assert _decide(obs, [G.EDIT_ID]).candidates == V.LINE_IDS
+    assert _decide(obs, [G.EDIT_ID, V.LINE_IDS[4], _ID("s/")]).candidates == V.OLD_IDS
+
+
+def test_old_candidates_are_the_fragments_on_the_line(contexts: dict[str, list[int]]) -> None:
+    obs = observe(contexts["looked"])
+    for line in (11, 13, 33, 41):
+        decision = _decide(obs, [G.EDIT_ID, V.LINE_IDS[line - 1], _ID("s/")])
+        assert decision.candidates == tuple(V.OLD_IDS[f] for f in E.fragments_on(obs.lines[line]))
+        failing = obs.function_at(line).name in obs.failing_functions
+        assert all(("in_failing_fn" in names) == failing for names in _features(decision, "old_w").values())
+
+
+def test_new_candidates_flag_syntax_errors_and_unknown_names_by_name(contexts: dict[str, list[int]]) -> None:
+    obs = observe(contexts["looked"])
+    line, text = 33, "    return max(lo, min(x, hi))"  # clamp(x, lo, hi) in variant 8
+    assert obs.lines[line] == text
+    decision = _decide(obs, _new_prefix(line, "lo"))
+    feats = {V.FRAGMENTS[V.fragment_of(c)]: names for c, names in _features(decision, "new_w").items()}
+    assert "lo" not in feats
+    assert {"unknown_name", "same_kind"} <= feats["n"] and "breaks_syntax" not in feats["n"]
+    assert not feats["hi"] & {"unknown_name", "breaks_syntax"}  # a parameter of clamp
+    assert not feats["len"] & {"unknown_name", "breaks_syntax"}  # a builtin
+    assert {"breaks_syntax", "incompatible_kind"} <= feats[" < "] and "unknown_name" not in feats[" < "]
+    assert "compatible_kind" in feats["0"] and not feats["0"] & {"unknown_name", "breaks_syntax"}
+
+    # every candidate: the features agree with compiling the edited function
+    fn = obs.function_at(line)
+    known = set(dir(builtins)) | {f.name for f in obs.functions}
+    for new, names in feats.items():
+        after = apply_substitution(text, G.Substitution(line, _FRAG("lo"), _FRAG(new)))
+        body = [after if n == line else obs.lines.get(n, "") for n in range(fn.start, fn.end + 1)]
+        ok, globals_read = E.check_function("\n".join(body).rstrip() + "\n")
+        assert ("breaks_syntax" in names) == (not ok), new
+        assert ("unknown_name" in names) == (ok and bool(globals_read - known)), new
+        assert ("no_change" in names) == (after == text), new
+
+
+def test_a_rejected_edit_is_revertible_and_its_revert_is_marked(contexts: dict[str, list[int]]) -> None:
+    obs = observe(contexts["edit_rejected"])  # variant 8, line 13 changed `/` to `//`, median still fails
+    assert obs.lines[13] == "    return (s[mid - 1] + s[mid]) // 2" and obs.is_dirty_bad(13)
+    lines = _features(_decide(obs, [G.EDIT_ID]), "line_w")
+    assert "dirty_bad" in lines[V.LINE_IDS[12]]
+    assert all("dirty_bad" not in names for c, names in lines.items() if c != V.LINE_IDS[12])
+
+    olds = _features(_decide(obs, [G.EDIT_ID, V.LINE_IDS[12], _ID("s/")]), "old_w")
+    assert {V.FRAGMENTS[V.fragment_of(c)] for c, names in olds.items() if "revertible" in names} == {" // ", " // 2"}
+
+    news = _features(_decide(obs, _new_prefix(13, " // ")), "new_w")
+    assert {V.FRAGMENTS[V.fragment_of(c)] for c, names in news.items() if "reverts" in names} == {" / "}
+
+
+def test_the_second_substitution_sees_the_line_as_the_first_left_it(contexts: dict[str, list[int]]) -> None:
+    obs = observe(contexts["looked"])
+    first = [G.EDIT_ID, V.LINE_IDS[12], _ID("s/"), V.OLD_IDS[_FRAG(" / ")], _ID("/"), V.NEW_IDS[_FRAG(" // ")],
+             _ID("flag:/")]
+    draft = E.draft_of(obs, first + [G.MORE_ID])
+    assert draft.working[13] == "    return (s[mid - 1] + s[mid]) // 2" and draft.subs == 1
+    assert draft.tried_lines == {13} and draft.tried_functions == {"median"}
+    olds = {V.FRAGMENTS[V.fragment_of(c)]
+            for c in _decide(obs, first + [G.MORE_ID, V.LINE_IDS[12], _ID("s/")]).candidates}
+    assert " // " in olds and " / " not in olds
+    # reverting inside the same command is noticed as such
+    back = first + [G.MORE_ID, V.LINE_IDS[12], _ID("s/"), V.OLD_IDS[_FRAG(" // ")], _ID("/"),
+                    V.NEW_IDS[_FRAG(" / ")], _ID("flag:/")]
+    draft = E.draft_of(obs, back + [G.MORE_ID])
+    assert draft.working[13] == obs.original[13] and 13 in draft.reverted and draft.subs == 2
+
+
+def test_decisions_are_pure_functions_of_observation_and_prefix(contexts: dict[str, list[int]]) -> None:
+    prefix = _new_prefix(41, " - ")
+    a, b = _decide(observe(contexts["looked"]), prefix), _decide(observe(contexts["looked"]), prefix)
+    assert a.candidates == b.candidates
+    for x, y in zip(a.blocks, b.blocks):
+        assert x.param == y.param and (x.index == y.index).all() and (x.value == y.value).all()

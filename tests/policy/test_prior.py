@@ -1,0 +1,39 @@
+"""The untrained prior: the declared layout, finite weights, and the generic habits it promises."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from rl_daytona.policy import grammar as G
+from rl_daytona.policy import params as P
+from rl_daytona.policy import vocab as V
+from rl_daytona.policy.model import PolicyModel
+from rl_daytona.policy.prior import initial_params
+from tests.policy.transcripts import CalcShell, Chat
+
+
+def test_initial_params_follow_the_layout_and_are_finite() -> None:
+    a, b = initial_params(), initial_params()
+    assert set(a) == set(P.SHAPES)
+    for name, shape in P.SHAPES.items():
+        assert a[name].shape == shape and a[name].dtype == np.float64 and np.all(np.isfinite(a[name]))
+        assert np.array_equal(a[name], b[name])  # deterministic
+    assert not np.any(a["line_hash"]) and not np.any(a["old_hash"]) and not np.any(a["new_hash"])  # no bug knowledge
+    assert np.array_equal(a["pair_w"], a["pair_w"].T)  # inverses get no direction
+
+
+def test_the_prior_starts_by_testing_or_reading_and_submits_once_everything_passes(tmp_path: Path) -> None:
+    model = PolicyModel()
+    chat = Chat()
+    first, _ = model.sample(chat.prompt_ids(), np.random.default_rng(0), temperature=0.0)
+    runs_tests_or_reads = set(G.PYTEST_IDS) | {G.LOOK_ID} | set(G.FILE_VIEW_IDS)
+    assert first[0] in runs_tests_or_reads, G.render(first)
+
+    shell = CalcShell(tmp_path, 0)  # variant 0: mean divides by len(xs) - 1
+    chat.run(V.LOOK_VERB, shell)
+    chat.run(r"sed -i '5s/(len(xs) - 1)/len(xs)/' calc.py && python -m pytest -q --tb=no", shell)
+    assert "16 passed" in chat.messages[-1]["content"]
+    done, _ = model.sample(chat.prompt_ids(), np.random.default_rng(0), temperature=0.0)
+    assert done == [V.SUBMIT]

@@ -1,0 +1,80 @@
+"""The fixed vocabulary: layout, byte tokens, and fragments rendered for sed and for Python."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from rl_daytona.policy import vocab as V
+
+
+def test_layout_specials_then_pieces_then_256_bytes() -> None:
+    assert [V.PIECES[i].name for i in range(len(V.SPECIALS))] == list(V.SPECIALS)
+    assert (V.SYSTEM, V.USER, V.ASSISTANT, V.TOOL, V.EOC, V.SUBMIT) == tuple(range(6))
+    assert [p.id for p in V.PIECES] == list(range(len(V.PIECES)))
+    assert V.BYTE_OFFSET == len(V.PIECES) and V.VOCAB_SIZE == V.BYTE_OFFSET + 256
+    assert set(V.ROLE_MARKERS) == {"system", "user", "assistant", "tool"}
+
+
+def test_names_are_unique_and_look_up_their_piece() -> None:
+    names = [p.name for p in V.PIECES]
+    assert len(set(names)) == len(names)
+    for piece in V.PIECES:
+        assert V.piece_id(piece.name) == piece.id
+    assert V.PIECES[V.piece_id("old: < ")].kind == "old" and V.PIECES[V.piece_id("new:<eol>")].text == ""
+    with pytest.raises(KeyError):
+        V.piece_id("no such piece")
+
+
+@pytest.mark.parametrize("kind", ["verb", "file", "line", "glue", "old", "new", "flag", "sep", "suffix"])
+def test_texts_are_unique_within_a_kind(kind: str) -> None:
+    texts = [p.text for p in V.PIECES if p.kind == kind]
+    assert texts and len(set(texts)) == len(texts)
+
+
+def test_kind_ids_fragments_and_lines_map_back() -> None:
+    assert len(V.OLD_IDS) == len(V.NEW_IDS) == len(V.FRAGMENTS) == len(V.FRAGMENT_KIND)
+    for f, (old, new) in enumerate(zip(V.OLD_IDS, V.NEW_IDS)):
+        assert V.fragment_of(old) == V.fragment_of(new) == f
+        assert V.PIECES[old].text == V.sed_pattern(V.FRAGMENTS[f])
+        assert V.PIECES[new].text == V.sed_replacement(V.FRAGMENTS[f])
+    assert len(V.LINE_IDS) == V.MAX_LINE
+    for n, token in enumerate(V.LINE_IDS, start=1):
+        assert V.line_of(token) == n and V.PIECES[token].text == str(n)
+
+
+@pytest.mark.parametrize("text", ["", "plain ascii", "tab\tand\nnewline", "héllo ✓ 日本", "\x00\xff"])
+def test_byte_tokens_round_trip_any_text(text: str) -> None:
+    ids = V.encode_bytes(text)
+    assert all(V.BYTE_OFFSET <= t < V.VOCAB_SIZE for t in ids)
+    assert len(ids) == len(text.encode("utf-8")) and V.decode_bytes(ids) == text
+    assert b"".join(bytes(V.token_bytes(t)) for t in ids) == text.encode("utf-8")
+    # piece ids inside a run are skipped
+    assert V.decode_bytes([V.TOOL, *ids, V.EOC]) == text
+
+
+def test_token_text_and_bytes_of_pieces() -> None:
+    cat = V.piece_id("cat ")
+    assert V.token_text(cat) == "cat " and V.token_bytes(cat) == list(b"cat ")
+    assert V.token_text(V.EOC) == "<eoc>" and V.token_text(V.SUBMIT) == "<submit>"
+    assert V.token_text(V.BYTE_OFFSET + ord("A")) == "A" and V.token_bytes(V.BYTE_OFFSET + 200) == [200]
+
+
+def test_fragment_regexes_compile_and_match_their_fragment_as_a_whole_token() -> None:
+    for f, (fragment, regex) in enumerate(zip(V.FRAGMENTS, V.FRAGMENT_REGEX)):
+        if fragment == V.EOL:
+            assert regex.pattern == "$" and V.sed_pattern(fragment) == "$"
+            continue
+        assert regex.search(f"({fragment})") or regex.search(f" {fragment} "), fragment
+        if re.match(r"\w", fragment):  # word fragments do not match inside a longer word
+            assert not regex.search(f"q{fragment}")
+        if re.search(r"\w$", fragment):
+            assert not regex.search(f"{fragment}q")
+
+
+def test_kinds_compatible_is_reflexive_and_symmetric() -> None:
+    for a in V.KINDS:
+        assert V.kinds_compatible(a, a)
+        for b in V.KINDS:
+            assert V.kinds_compatible(a, b) == V.kinds_compatible(b, a)
