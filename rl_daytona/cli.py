@@ -59,6 +59,24 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--split", default="heldout", help="split of the taskset ('train', 'heldout', 'all')")
     ev.add_argument("--group", type=_positive_int, default=8, help="attempts per task (one group per task)")
     _add_run_flags(ev)
+    tr = sub.add_parser("train", help="train the built-in policy on a taskset's train split with group-relative RL",
+                        description="Sample tasks from the train split each step, run GROUP attempts of each, "
+                                    "train on complete groups, and evaluate the held-out split before the "
+                                    "first step, every --eval-every steps and after the last.")
+    tr.add_argument("--steps", type=_positive_int, default=10, help="optimizer steps")
+    tr.add_argument("--tasks-per-step", type=_positive_int, default=16, help="task instances sampled per step")
+    tr.add_argument("--group", type=_positive_int, default=8, help="attempts per task instance (one group)")
+    tr.add_argument("--eval-every", type=int, default=0, help="also evaluate held-out every K steps (0: first/last only)")
+    tr.add_argument("--eval-group", type=_positive_int, default=8, help="attempts per held-out task")
+    tr.add_argument("--lr", type=float, default=0.2, help="Adam learning rate")
+    tr.add_argument("--loss", default="importance_sampling", choices=["importance_sampling", "ppo"],
+                    help="policy-gradient loss sent to forward_backward")
+    tr.add_argument("--chunk-mb", type=float, default=5.0, help="byte budget per forward_backward call (MB)")
+    tr.add_argument("--std-normalize", action="store_true", help="divide group advantages by the group's std")
+    tr.add_argument("--off-policy", type=int, default=0,
+                    help="overlap step t+1's rollouts with step t's training; drop rollouts older than this many versions")
+    tr.add_argument("--seed", type=int, default=0, help="seed for task sampling and the policy's sampler")
+    _add_run_flags(tr)
     return parser
 
 
@@ -83,14 +101,43 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _settings(args: argparse.Namespace) -> Settings:
+    return Settings(model=args.model, max_turns=args.max_turns, temperature=args.temperature,
+                    exec_timeout=args.exec_timeout, rollout_deadline=args.deadline)
+
+
+def _limits(args: argparse.Namespace) -> SandboxLimits:
+    return SandboxLimits(cpu_seconds=args.cpu_seconds, memory_mb=args.memory_mb, max_processes=args.max_processes)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from rl_daytona.pool import PoolConfig
+    from rl_daytona.train import TrainConfig, run_train
+
+    if args.policy != "builtin":
+        raise ValueError("train drives the built-in model service (sampling and training); --policy must be builtin")
+    if args.chunk_mb <= 0:
+        raise ValueError(f"--chunk-mb must be positive, got {args.chunk_mb}")
+    cfg = TrainConfig(out=args.out, taskset=args.taskset, steps=args.steps, tasks_per_step=args.tasks_per_step,
+                      group=args.group, eval_every=args.eval_every, eval_group=args.eval_group, lr=args.lr,
+                      loss_fn=args.loss, chunk_bytes=int(args.chunk_mb * 1024 * 1024),
+                      normalize_std=args.std_normalize, off_policy=args.off_policy, seed=args.seed,
+                      max_concurrent=args.max_concurrent, rollout_actors=args.rollout_actors,
+                      backend=args.backend, isolation=args.isolation, settings=_settings(args),
+                      limits=_limits(args), pool=PoolConfig(warm_size=args.warm_size))
+    run_train(cfg)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     from rl_daytona.backends import IsolationUnavailableError
+    from rl_daytona.learn.clients import TrainingCallError
     from rl_daytona.tasks import TaskError
 
     args = build_parser().parse_args(argv)
     try:
-        code = {"eval": _eval}[args.command](args)
-    except (TaskError, ValueError, IsolationUnavailableError, FileNotFoundError) as exc:
+        code = {"eval": _eval, "train": _train}[args.command](args)
+    except (TaskError, ValueError, IsolationUnavailableError, FileNotFoundError, TrainingCallError) as exc:
         print(f"rl-daytona {args.command}: error: {exc}", file=sys.stderr)
         code = 2
     except KeyboardInterrupt:

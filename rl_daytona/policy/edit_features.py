@@ -23,9 +23,10 @@ from rl_daytona.policy import vocab as V
 from rl_daytona.policy.features import Decision, sparse_block
 from rl_daytona.policy.observe import Function, Observation, apply_substitution
 
-SLOTS = ("edit_line", "old", "new", "sep")
+SLOTS = ("edit_line", "old", "new", "flag", "sep")
 _OLD = {name: i for i, name in enumerate(P.OLD_FEATURES)}
 _NEW = {name: i for i, name in enumerate(P.NEW_FEATURES)}
+_FLAG = {name: i for i, name in enumerate(P.FLAG_FEATURES)}
 
 
 def _kind_relation(a: int, b: int) -> tuple[tuple[int, float], ...]:
@@ -50,6 +51,12 @@ def fragments_on(text: str) -> tuple[int, ...]:
 def replaced(text: str, old: int) -> tuple[str, ...]:
     """The line after replacing the first `old` by each fragment (index = new fragment)."""
     return tuple(apply_substitution(text, G.Substitution(0, old, new)) for new in range(P.N_FRAGMENTS))
+
+
+@lru_cache(maxsize=65536)
+def replaced_second(text: str, old: int) -> tuple[str, ...]:
+    """The line after replacing the second `old` by each fragment (the `/2` flag)."""
+    return tuple(apply_substitution(text, G.Substitution(0, old, new, 2)) for new in range(P.N_FRAGMENTS))
 
 
 @lru_cache(maxsize=65536)
@@ -170,6 +177,8 @@ def decide_edit(obs: Observation, prefix: Sequence[int], state: G.GrammarState,
         return _old_decision(obs, draft, state.line, allowed)
     if state.slot == "new":
         return _new_decision(obs, draft, state.line, V.fragment_of(state.old), allowed)
+    if state.slot == "flag":
+        return _flag_decision(obs, draft, state.line, V.fragment_of(state.old), V.fragment_of(prefix[-1]), allowed)
     return _sep_decision(obs, draft, allowed)
 
 
@@ -242,7 +251,8 @@ def _old_decision(obs: Observation, draft: Draft, line: int, allowed: tuple[int,
     rows, hashes, biases = [], [], []
     for token in candidates:
         o = V.fragment_of(token)
-        revertible = bad and obs.original.get(line) in replaced(text, o)
+        revertible = bad and (obs.original.get(line) in replaced(text, o)
+                              or occurrences(text, o) > 1 and obs.original.get(line) in replaced_second(text, o))
         repeated = text is not None and occurrences(text, o) > 1
         stuck = text is not None and not _has_valid_new(obs, draft, line, text, o)
         rows.append([(_OLD["revertible"], float(revertible)), (_OLD["in_failing_fn"], float(failing)),
@@ -264,8 +274,9 @@ def _new_decision(obs: Observation, draft: Draft, line: int, old: int, allowed: 
     for token in allowed:
         r = V.fragment_of(token)
         after = results[r] if results is not None else None
+        reverts = bad and (after == original or _second(text, old, r) == original)
         syntax, unknown = _edit_checks(obs, draft, line, after) if after != text else (False, False)
-        rows.append([(_NEW["reverts"], float(bad and after == original)),
+        rows.append([(_NEW["reverts"], float(reverts)),
                      (_NEW["known_bad"], float((line, after) in obs.bad_texts)), *_KIND_RELATION[old][r],
                      (_NEW["breaks_syntax"], float(syntax)), (_NEW["unknown_name"], float(unknown)),
                      (_NEW["no_change"], float(after == text))])
@@ -273,6 +284,31 @@ def _new_decision(obs: Observation, draft: Draft, line: int, old: int, allowed: 
         pairs.append([(old * P.N_FRAGMENTS + r, 1.0)])
     blocks = (sparse_block("pair_w", pairs), sparse_block("new_w", rows), sparse_block("new_hash", hashes))
     return Decision(allowed, blocks)
+
+
+def _second(text: str | None, old: int, new: int) -> str | None:
+    """The line after replacing the second match of `old` (the `/2` flag)."""
+    return None if text is None else apply_substitution(text, G.Substitution(0, old, new, 2))
+
+
+def _flag_decision(obs: Observation, draft: Draft, line: int, old: int, new: int,
+                   allowed: tuple[int, ...]) -> Decision:
+    """Which match to replace: the first, the second, or every one."""
+    text = draft.working.get(line)
+    bad = text is not None and obs.is_dirty_bad(line, text)
+    original = obs.original.get(line)
+    slot = P.SLOTS.index("flag")
+    rows, features = [], []
+    for token in allowed:
+        rows.append([(slot * V.BYTE_OFFSET + token, 1.0)])
+        if text is None:
+            features.append([])
+            continue
+        after = apply_substitution(text, G.Substitution(line, old, new, G.occurrence_of(token)))
+        syntax, unknown = _edit_checks(obs, draft, line, after) if after != text else (False, False)
+        features.append([(_FLAG["reverts"], float(bad and after == original)),
+                         (_FLAG["no_change"], float(after == text)), (_FLAG["breaks"], float(syntax or unknown))])
+    return Decision(allowed, (sparse_block("slot_w", rows), sparse_block("flag_w", features)))
 
 
 def _sep_decision(obs: Observation, draft: Draft, allowed: tuple[int, ...]) -> Decision:

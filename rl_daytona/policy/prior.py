@@ -52,6 +52,7 @@ NEW_PRIOR: dict[str, float] = {"reverts": 6, "known_bad": -8, "same_kind": 1, "c
                                "breaks_syntax": -8, "unknown_name": -6, "no_change": -6}
 SEP_PRIOR: dict[str, float] = {"bias": -3, "untried_failing_fn": 5, "unreverted_bad_line": 5,
                                "subs_2": -0.5, "subs_3": -1}
+FLAG_PRIOR: dict[str, float] = {"reverts": 6, "no_change": -6, "breaks": -8}
 PAIR_WEIGHT = 3.0
 
 # Textbook mutation inverses (both directions get PAIR_WEIGHT).
@@ -115,6 +116,7 @@ def initial_params(scale: float | None = None) -> dict[str, np.ndarray]:
     out["old_bias"] = np.array([OLD_KIND_PRIOR[k] * scale for k in V.FRAGMENT_KIND])
     _fill(out["old_w"], P.OLD_FEATURES, OLD_PRIOR)
     _fill(out["new_w"], P.NEW_FEATURES, NEW_PRIOR)
+    _fill(out["flag_w"], P.FLAG_FEATURES, FLAG_PRIOR)
     for name in ("same_kind", "incompatible_kind"):
         out["new_w"][P.NEW_FEATURES.index(name)] *= scale
     out["pair_w"] = _pair_weights(scale)

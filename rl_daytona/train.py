@@ -1,0 +1,338 @@
+"""`rl-daytona train`: rollouts -> Learner -> training service, step after step.
+
+    for each step: sample tasks (train split) -> dispatch groups to RolloutActors
+                   -> each finished attempt goes to the Learner through Ray
+                   -> Learner: complete groups -> advantages -> chunks -> forward_backward, optim_step
+    held-out eval (group `eval_group`) before the first step, every `eval_every`, after the last.
+
+Invariant: the sampler and the trainer are one built-in model service, so the step after an
+`optim_step` samples the new weights; every rollout carries the version that sampled it. With
+`off_policy = k > 0` the rollouts of step t+1 run while step t trains, and the Learner drops
+rollouts more than k versions old. `metrics.jsonl` gets one line per step as it finishes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import os
+import time
+import uuid
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from rl_daytona.backends import BackendSpec
+from rl_daytona.eval import RolloutSink, requests_for
+from rl_daytona.learn.clients import AdamParams, LocalTrainingClient
+from rl_daytona.learn.learner import LearnerConfig, StepReport
+from rl_daytona.pool import PoolConfig
+from rl_daytona.tasks import get_taskset
+from rl_daytona.types import Rollout, RolloutRequest, RolloutStatus, SandboxLimits, Settings
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    out: Path
+    taskset: str = "calc"
+    steps: int = 10
+    tasks_per_step: int = 16
+    group: int = 8
+    eval_every: int = 0  # 0: only before the first and after the last step
+    eval_group: int = 8
+    eval_split: str = "heldout"
+    train_split: str = "train"
+    lr: float = 0.2
+    loss_fn: str = "importance_sampling"
+    chunk_bytes: int = 5 * 1024 * 1024
+    normalize_std: bool = False
+    off_policy: int = 0
+    seed: int = 0
+    max_concurrent: int = 64
+    rollout_actors: int = 2
+    backend: str = "local"
+    isolation: str = "bwrap"
+    settings: Settings = field(default_factory=Settings)
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
+    pool: PoolConfig = field(default_factory=PoolConfig)
+    run_id: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "tasks_per_step", "group", "eval_group", "max_concurrent", "rollout_actors"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.group < 2:
+            raise ValueError("--group must be at least 2: group-relative advantages need two attempts")
+        if self.eval_every < 0 or self.off_policy < 0:
+            raise ValueError("--eval-every and --off-policy must be >= 0")
+        if self.lr < 0:
+            raise ValueError(f"--lr must be >= 0, got {self.lr}")
+        if self.loss_fn not in ("importance_sampling", "ppo"):
+            raise ValueError(f"--loss must be importance_sampling or ppo, got {self.loss_fn!r}")
+
+
+class Fleet:
+    """The run's SandboxPool and RolloutActors, and a bounded dispatcher over them."""
+
+    def __init__(self, pool: Any, actors: list[Any], max_concurrent: int) -> None:
+        self.pool, self.actors = pool, actors
+        self.gate = asyncio.Semaphore(max_concurrent)
+        self._next = 0
+
+    async def run(self, request: RolloutRequest) -> tuple[Any, Rollout]:
+        """Run one attempt; returns (the rollout's ObjectRef, the rollout)."""
+        async with self.gate:
+            actor = self.actors[self._next % len(self.actors)]
+            self._next += 1
+            ref = actor.run.remote(request)
+            return ref, await ref
+
+
+async def _collect(fleet: Fleet, learner: Any, requests: list[RolloutRequest], sink: RolloutSink,
+                   on_done: Callable[[Rollout], None]) -> float:
+    """Dispatch a step's attempts (and any retries the Learner asks for); returns seconds."""
+    started = time.monotonic()
+
+    async def one(request: RolloutRequest) -> None:
+        ref, rollout = await fleet.run(request)
+        sink.add(rollout)
+        on_done(rollout)
+        retries = await learner.add.remote(ref)  # the rollout itself travels by Ray's object store
+        await asyncio.gather(*(one(r) for r in retries))
+
+    await asyncio.gather(*(one(r) for r in requests))
+    return time.monotonic() - started
+
+
+async def _evaluate(fleet: Fleet, cfg: TrainConfig, tag: str, sink: RolloutSink,
+                    on_done: Callable[[Rollout], None]) -> dict[str, Any]:
+    requests = requests_for(cfg.taskset, cfg.eval_split, cfg.eval_group, tag=tag)
+    results = await asyncio.gather(*(fleet.run(r) for r in requests))
+    rollouts = [r for _, r in results]
+    for r in rollouts:
+        sink.add(r)
+        on_done(r)
+    scored = [r for r in rollouts if r.status is not RolloutStatus.INFRA_ERROR]
+    return {"pass_rate": sum(r.reward >= 1.0 for r in scored) / len(scored) if scored else 0.0,
+            "rollouts": len(rollouts), "infra_errors": len(rollouts) - len(scored),
+            "versions": sorted({r.trajectory.policy_version for r in rollouts})}
+
+
+def _step_requests(cfg: TrainConfig, step: int, rng: np.random.Generator) -> list[RolloutRequest]:
+    instances = get_taskset(cfg.taskset).split(cfg.train_split)
+    replace_ = cfg.tasks_per_step > len(instances)
+    picked = rng.choice(len(instances), size=cfg.tasks_per_step, replace=replace_)
+    out = []
+    for slot, index in enumerate(picked):
+        inst = instances[int(index)]
+        group_id = f"train{step}/{slot}/{inst.instance_id}"
+        out += [RolloutRequest(rollout_id=f"{group_id}/{a}", task_id=inst.instance_id, group_id=group_id, attempt=a)
+                for a in range(cfg.group)]
+    return out
+
+
+def _groups_of(requests: list[RolloutRequest]) -> dict[str, int]:
+    groups: dict[str, int] = {}
+    for r in requests:
+        groups[r.group_id] = groups.get(r.group_id, 0) + 1
+    return groups
+
+
+class _Display:
+    """Rich progress: the step, rollouts done, the current pass rate."""
+
+    def __init__(self, console: Console, cfg: TrainConfig) -> None:
+        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("pass {task.fields[rate]}"), TimeElapsedColumn(), console=console)
+        self.cfg = cfg
+        self.bar: Any = None
+        self._done: list[bool] = []
+
+    def phase(self, description: str, total: int) -> None:
+        if self.bar is not None:
+            self.progress.remove_task(self.bar)
+        self._done = []
+        self.bar = self.progress.add_task(description, total=total, rate="-")
+
+    def done(self, rollout: Rollout) -> None:
+        if rollout.status is not RolloutStatus.INFRA_ERROR:
+            self._done.append(rollout.reward >= 1.0)
+        rate = f"{sum(self._done) / len(self._done):.0%}" if self._done else "-"
+        self.progress.update(self.bar, advance=1, rate=rate)
+
+
+def _metrics_line(report: StepReport, rollout_seconds: float, step_seconds: float,
+                  heldout: dict[str, Any] | None, overlap: bool) -> dict[str, Any]:
+    counts = report.counts
+    complete = max(counts.get("groups_complete", 0), 1)
+    line = {
+        "step": report.step, "train_pass_rate": round(report.train_pass_rate, 4),
+        "heldout_pass_rate": None if heldout is None else round(heldout["pass_rate"], 4),
+        "frac_groups_mixed": round(counts.get("groups_mixed", 0) / complete, 4),
+        "frac_groups_all_pass": round(counts.get("groups_all_pass", 0) / complete, 4),
+        "frac_groups_all_fail": round(counts.get("groups_all_fail", 0) / complete, 4),
+        "datums": report.datums, "chunks": report.chunks, "bytes_sent": report.bytes_sent,
+        "rollout_seconds": round(rollout_seconds, 3), "train_seconds": round(report.train_seconds, 3),
+        "step_seconds": round(step_seconds, 3), "policy_version": report.version,
+        "trained": report.trained, "skipped_reason": report.skipped_reason, "loss": report.loss,
+        "mean_turns": round(report.mean_turns, 3), "overlapped": overlap,
+        "counts": counts,
+        "bytes_per_rollout_by_turns": _bytes_by_turns(report.rollout_bytes),
+    }
+    return line
+
+
+def _bytes_by_turns(pairs: tuple[tuple[int, int], ...]) -> dict[str, float]:
+    by: dict[int, list[int]] = {}
+    for turns, nbytes in pairs:
+        by.setdefault(turns, []).append(nbytes)
+    return {str(t): round(sum(v) / len(v), 1) for t, v in sorted(by.items())}
+
+
+def plot_curve(metrics: list[dict[str, Any]], path: Path, title: str = "") -> None:
+    """curve.png: held-out pass rate at each evaluation, train pass rate per step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=120)
+    steps = [m["step"] for m in metrics if m.get("train_pass_rate") is not None and m["step"] >= 0]
+    ax.plot([s + 1 for s in steps], [m["train_pass_rate"] for m in metrics if m["step"] >= 0],
+            marker=".", label="train (rollouts of the step)")
+    held = [(m["step"] + 1, m["heldout_pass_rate"]) for m in metrics if m.get("heldout_pass_rate") is not None]
+    if held:
+        ax.plot([s for s, _ in held], [h for _, h in held], marker="o", label="held-out (group 8)")
+    ax.set_xlabel("after step (0 = untrained)")
+    ax.set_ylabel("pass rate")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+async def _train(cfg: TrainConfig, url: str, console: Console, metrics_path: Path,
+                 sink: RolloutSink) -> dict[str, Any]:
+    import ray
+
+    from rl_daytona import runtime
+
+    spec = BackendSpec(kind=cfg.backend, root=str(cfg.out / "sandboxes"), isolation=cfg.isolation,
+                       limits=cfg.limits)
+    settings = Settings(**{**asdict(cfg.settings), "policy_url": url})
+    pool = runtime.start_pool(spec, cfg.run_id, cfg.pool)
+    await pool.start.remote()
+    per_actor = -(-cfg.max_concurrent // cfg.rollout_actors)
+    actors = runtime.start_rollout_actors(pool, spec, cfg.taskset, settings, cfg.rollout_actors, per_actor)
+    learner_cfg = LearnerConfig(loss_fn=cfg.loss_fn, adam=AdamParams(learning_rate=cfg.lr),
+                                chunk_bytes=cfg.chunk_bytes, normalize_std=cfg.normalize_std,
+                                max_staleness=cfg.off_policy if cfg.off_policy else None)
+    learner = runtime.start_learner(functools.partial(LocalTrainingClient, url), learner_cfg)
+    fleet = Fleet(pool, actors, cfg.max_concurrent)
+    display = _Display(console, cfg)
+    rng = np.random.default_rng(cfg.seed)
+    metrics: list[dict[str, Any]] = []
+    evals: dict[int, dict[str, Any]] = {}
+    started = time.monotonic()
+
+    def write(line: dict[str, Any]) -> None:
+        metrics.append(line)
+        with metrics_path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line) + "\n")
+
+    async def evaluate(after_step: int) -> dict[str, Any]:
+        display.phase(f"eval {cfg.eval_split} after step {after_step + 1}" if after_step >= 0
+                      else f"eval {cfg.eval_split} (untrained)", len(requests_for(cfg.taskset, cfg.eval_split,
+                                                                                   cfg.eval_group)))
+        result = await _evaluate(fleet, cfg, f"eval{after_step + 1}", sink, display.done)
+        evals[after_step] = result
+        return result
+
+    def wants_eval(step: int) -> bool:
+        return step == cfg.steps - 1 or (cfg.eval_every > 0 and (step + 1) % cfg.eval_every == 0)
+
+    async def collect(step: int, requests: list[RolloutRequest]) -> float:
+        await learner.begin_step.remote(step, _groups_of(requests))
+        display.phase(f"step {step + 1}/{cfg.steps} rollouts", len(requests))
+        return await _collect(fleet, learner, requests, sink, display.done)
+
+    try:
+        with display.progress:
+            first = await evaluate(-1)
+            write({"step": -1, "heldout_pass_rate": round(first["pass_rate"], 4), "policy_version": 0,
+                   "train_pass_rate": None})
+            await pool.set_demand.remote(cfg.tasks_per_step * cfg.group)
+            requests = _step_requests(cfg, 0, rng)
+            step_start = time.monotonic()
+            rollout_seconds = await collect(0, requests)
+            for step in range(cfg.steps):
+                next_task = None
+                if cfg.off_policy and step + 1 < cfg.steps and not wants_eval(step):
+                    next_requests = _step_requests(cfg, step + 1, rng)
+                    next_task = asyncio.ensure_future(collect(step + 1, next_requests))
+                report: StepReport = await learner.train_step.remote(step)
+                heldout = None
+                if next_task is not None:
+                    next_rollout_seconds = await next_task
+                if wants_eval(step):
+                    heldout = await evaluate(step)
+                now = time.monotonic()
+                write(_metrics_line(report, rollout_seconds, now - step_start, heldout, next_task is not None))
+                if not report.trained:
+                    console.print(f"step {step + 1}: skipped ({report.skipped_reason})")
+                if step + 1 < cfg.steps:
+                    step_start = now
+                    if next_task is not None:
+                        rollout_seconds = next_rollout_seconds
+                    else:
+                        rollout_seconds = await collect(step + 1, _step_requests(cfg, step + 1, rng))
+        await learner.save.remote(str(cfg.out / "policy"))
+        for actor in actors:
+            await actor.close.remote()
+        await learner.close.remote()
+    finally:
+        await pool.shutdown.remote()
+        ray.kill(learner, no_restart=True)
+    return {"metrics": metrics, "evals": evals, "wall_seconds": time.monotonic() - started}
+
+
+def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any]:
+    """Train end to end; writes metrics.jsonl, curve.png, rollouts.jsonl, summary.json, policy.*"""
+    from rl_daytona import runtime
+    from rl_daytona.policy.launch import start_builtin_server
+
+    console = console or Console()
+    get_taskset(cfg.taskset).split(cfg.train_split)
+    get_taskset(cfg.taskset).split(cfg.eval_split)
+    cfg.out.mkdir(parents=True, exist_ok=True)
+    run_id = cfg.run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    cfg = replace(cfg, run_id=run_id)
+    metrics_path = cfg.out / "metrics.jsonl"
+    metrics_path.write_text("")
+    runtime.ensure_ray()
+    with ExitStack() as stack:
+        server = stack.enter_context(start_builtin_server(seed=cfg.seed))
+        sink = RolloutSink(cfg.out / "rollouts.jsonl")
+        stack.callback(sink.close)
+        result = asyncio.run(_train(cfg, server.url, console, metrics_path, sink))
+    before = result["evals"].get(-1, {}).get("pass_rate")
+    after = result["evals"].get(cfg.steps - 1, {}).get("pass_rate")
+    plot_curve(result["metrics"], cfg.out / "curve.png", f"{cfg.taskset}: lr {cfg.lr}, {cfg.steps} steps")
+    summary = {"run_id": run_id, "taskset": cfg.taskset, "steps": cfg.steps, "tasks_per_step": cfg.tasks_per_step,
+               "group": cfg.group, "lr": cfg.lr, "loss_fn": cfg.loss_fn, "off_policy": cfg.off_policy,
+               "heldout_before": before, "heldout_after": after, "wall_seconds": result["wall_seconds"],
+               "cores": os.cpu_count() or 1, "evals": {str(k): v for k, v in result["evals"].items()}}
+    (cfg.out / "summary.json").write_text(json.dumps(summary, indent=2))
+    console.print(f"held-out pass rate: {before:.1%} before -> {after:.1%} after {cfg.steps} steps "
+                  f"({result['wall_seconds']:.0f}s)")
+    return summary
