@@ -38,7 +38,7 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="builtin", help="model name sent to the policy endpoint")
     p.add_argument("--max-concurrent", type=_positive_int, default=64, help="rollouts in flight at once")
     p.add_argument("--rollout-actors", type=_positive_int, default=2, help="RolloutActors (each runs many rollouts)")
-    p.add_argument("--max-turns", type=_positive_int, default=8, help="agent turns per attempt")
+    p.add_argument("--max-turns", type=_positive_int, default=Settings().max_turns, help="agent turns per attempt")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     p.add_argument("--deadline", type=float, default=300.0, help="wall-clock seconds per rollout")
     p.add_argument("--exec-timeout", type=float, default=30.0, help="seconds per shell command")

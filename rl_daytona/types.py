@@ -119,7 +119,7 @@ class Settings:
 
     policy_url: str = ""
     model: str = "builtin"
-    max_turns: int = 8
+    max_turns: int = 12
     max_tokens: int = 256
     temperature: float = 1.0
     output_limit: int = 4000

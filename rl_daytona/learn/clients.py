@@ -168,7 +168,8 @@ class TinkerTrainingClient:
         try:
             return await asyncio.to_thread(run)
         except Exception as exc:  # noqa: BLE001 - the SDK raises many types; one line for all
-            raise TrainingCallError(f"tinker {what} failed: {type(exc).__name__}: {str(exc)[:200]}") from None
+            message = " ".join(str(exc).split())[:200]  # an SDK error can carry a whole HTML page
+            raise TrainingCallError(f"tinker {what} failed: {type(exc).__name__}: {message}") from None
 
     async def forward_backward(self, datums: Sequence[Datum], loss_fn: str = "importance_sampling",
                                loss_fn_config: dict[str, float] | None = None) -> ForwardBackwardResult:
@@ -178,7 +179,7 @@ class TinkerTrainingClient:
         metrics = {k: float(v) for k, v in (getattr(out, "metrics", None) or {}).items()}
         nbytes = sum(d.nbytes for d in datums)
         return ForwardBackwardResult(loss=metrics.get("loss:sum", 0.0), datums=len(datums),
-                                     tokens=sum(1 for d in datums for a in d.advantages if a != 0.0),
+                                     tokens=sum(d.sampled_tokens for d in datums),
                                      bytes_sent=nbytes, metrics=metrics)
 
     async def optim_step(self, adam: AdamParams) -> OptimStepResult:

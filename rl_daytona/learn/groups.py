@@ -18,6 +18,7 @@ from rl_daytona.learn.datum import Datum, DatumError
 from rl_daytona.types import Rollout, RolloutStatus
 
 DEFAULT_CHUNK_BYTES = 5 * 1024 * 1024
+REQUEST_OVERHEAD_BYTES = 256  # the forward_backward request's wrapper around its datums
 
 
 @dataclass(frozen=True)
@@ -195,24 +196,30 @@ def group_datums(members: Sequence[Rollout], normalize_std: bool = False) -> lis
     return [Datum.from_rollout(r, float(a)) for r, a in zip(members, adv)]
 
 
+def request_bytes(datums: Sequence[Datum]) -> int:
+    """An upper bound on the forward_backward request body carrying `datums`."""
+    return REQUEST_OVERHEAD_BYTES + sum(d.nbytes + 1 for d in datums)
+
+
 def pack_groups(groups: Iterable[Sequence[Datum]], budget_bytes: int = DEFAULT_CHUNK_BYTES) -> list[list[Datum]]:
     """Greedy, order-preserving packing of whole groups into chunks of at most `budget_bytes`.
 
     A group larger than the budget on its own becomes a chunk by itself (never split).
+    Sizes are `request_bytes`: the datums' wire JSON plus the request around them.
     """
     if budget_bytes < 1:
         raise ValueError(f"chunk budget must be positive, got {budget_bytes}")
     chunks: list[list[Datum]] = []
     current: list[Datum] = []
-    size = 0
+    size = REQUEST_OVERHEAD_BYTES
     for group in groups:
         group = list(group)
         if not group:
             continue
-        nbytes = sum(d.nbytes for d in group)
+        nbytes = sum(d.nbytes + 1 for d in group)  # + the comma between datums
         if current and size + nbytes > budget_bytes:
             chunks.append(current)
-            current, size = [], 0
+            current, size = [], REQUEST_OVERHEAD_BYTES
         current.extend(group)
         size += nbytes
     if current:

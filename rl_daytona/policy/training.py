@@ -99,6 +99,8 @@ def parse_datum(raw: Any, index: int) -> TrainDatum:
     if missing:
         raise TrainingError(f"datum {index}: loss_fn_inputs lacks {', '.join(missing)}")
     targets = [int(t) for t in _tensor(inputs["target_tokens"], "target_tokens", index)]
+    if not all(0 <= t < V.VOCAB_SIZE for t in targets):
+        raise TrainingError(f"datum {index}: target_tokens holds a token outside the vocabulary")
     logprobs = _tensor(inputs["logprobs"], "logprobs", index)
     advantages = _tensor(inputs["advantages"], "advantages", index)
     if not model_input or len(targets) != len(model_input):
@@ -145,21 +147,27 @@ class Trainer:
         with self.lock:
             params = self.model.params
             outputs, total_loss, tokens, clipped = [], 0.0, 0, 0
-            for datum in datums:
-                out = self._one(params, datum, loss_fn, low, high)
+            batch: dict[str, np.ndarray] = {}  # merged only once every datum scored: all or nothing
+            for index, datum in enumerate(datums):
+                try:
+                    out = self._one(params, datum, loss_fn, low, high, batch)
+                except ValueError as exc:  # a sequence the policy's grammar cannot have produced
+                    raise TrainingError(f"datum {index}: {exc}") from None
                 outputs.append({"logprobs": {"data": out["logprobs"], "dtype": "float32",
                                              "shape": [datum.n_targets]},
                                 "loss": out["loss"]})
                 total_loss += out["loss"]
                 tokens += out["tokens"]
                 clipped += out["clipped"]
+            for name, grad in batch.items():
+                self.grads[name] = self.grads[name] + grad if name in self.grads else grad
             self.pending_datums += len(datums)
         metrics = {"loss:sum": total_loss, "tokens:sum": float(tokens), "clipped:sum": float(clipped),
                    "datums:sum": float(len(datums))}
         return {"loss_fn_output_type": "TensorData", "loss_fn_outputs": outputs, "metrics": metrics}
 
     def _one(self, params: dict[str, np.ndarray], datum: TrainDatum, loss_fn: str,
-             low: float, high: float) -> dict[str, Any]:
+             low: float, high: float, batch: dict[str, np.ndarray]) -> dict[str, Any]:
         tokens = datum.tokens
         mask = completion_mask(tokens)
         new_lp = self.model.sequence_logprobs(tokens, mask, params=params)[1:]  # aligned with targets
@@ -181,7 +189,7 @@ class Trainer:
         full_weights = np.concatenate([[0.0], weights])
         grads = self.model.logprob_grads(tokens, mask, full_weights, params=params)
         for name, grad in grads.items():
-            self.grads[name] = self.grads.get(name, 0.0) - grad
+            batch[name] = batch[name] - grad if name in batch else -grad
         return {"logprobs": [float(x) for x in np.where(sampled, new_lp, 0.0)], "loss": loss,
                 "tokens": int(sampled.sum()), "clipped": clipped}
 

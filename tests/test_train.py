@@ -1,0 +1,108 @@
+"""`rl-daytona train` end to end: Ray actors, real bwrap sandboxes, the built-in model service
+sampling and training, the Learner actor in between; plus the CLI's refusal of bad flags.
+
+The taskset is a two-variant slice of calc (tests/learn/small_calc.py): the built-in policy's
+grammar only knows calc.py, so on `wordcount` every attempt fails and no step could ever train.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from rl_daytona.train import TrainConfig, run_train
+from rl_daytona.types import Settings
+
+TASKSET = "tests.learn.small_calc:SMALL_CALC"
+STEP_KEYS = {
+    "step", "train_pass_rate", "heldout_pass_rate", "frac_groups_mixed", "frac_groups_all_pass",
+    "frac_groups_all_fail", "datums", "chunks", "bytes_sent", "rollout_seconds", "train_seconds", "step_seconds",
+    "policy_version", "trained", "skipped_reason", "loss", "mean_turns", "overlapped", "counts",
+    "bytes_per_rollout_by_turns",
+}
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_train_end_to_end_trains_the_served_policy(tmp_path: Path) -> None:
+    steps, tasks_per_step, group, eval_group = 3, 2, 4, 2
+    out = tmp_path / "run"
+    summary = run_train(TrainConfig(out=out, taskset=TASKSET, steps=steps, tasks_per_step=tasks_per_step,
+                                    group=group, eval_group=eval_group, max_concurrent=8, seed=0,
+                                    settings=Settings(max_turns=3)))
+
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [-1, *range(steps)]
+    assert lines[0]["policy_version"] == 0 and 0.0 <= lines[0]["heldout_pass_rate"] <= 1.0
+    step_lines = lines[1:]
+    trained_before = 0
+    versions_at_step = []
+    for m in step_lines:
+        assert set(m) == STEP_KEYS, set(m) ^ STEP_KEYS
+        counts = m["counts"]
+        assert counts["dispatched"] == tasks_per_step * group, counts  # every attempt reached the learner
+        assert counts["completed"] + counts["dropped"] == counts["dispatched"] and counts["pending"] == 0
+        assert counts["groups_complete"] == tasks_per_step and counts["retried"] == 0
+        assert 0.0 <= m["train_pass_rate"] <= 1.0 and 1.0 <= m["mean_turns"] <= 3.0
+        versions_at_step.append(trained_before)
+        if m["trained"]:
+            trained_before += 1
+            assert m["skipped_reason"] == "" and m["frac_groups_mixed"] > 0
+            assert m["datums"] == group * round(m["frac_groups_mixed"] * tasks_per_step)
+            assert m["chunks"] >= 1 and m["bytes_sent"] > 0 and m["bytes_per_rollout_by_turns"]
+        else:
+            assert m["skipped_reason"] == "no complete group had differing rewards"
+            assert m["frac_groups_mixed"] == 0 and m["datums"] == m["bytes_sent"] == 0
+        assert m["policy_version"] == trained_before
+    assert trained_before >= 1, "no step trained: every group agreed in every step"
+    assert step_lines[-1]["heldout_pass_rate"] is not None
+    assert all(m["heldout_pass_rate"] is None for m in step_lines[:-1])
+
+    # the saved policy is the served one after the last step
+    meta = json.loads((out / "policy.json").read_text())
+    assert meta["version"] == trained_before and (out / "policy.npz").exists()
+
+    # every rollout carries the version that sampled it: the weights of the step it belongs to
+    records = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
+    by_step: dict[int, set[int]] = defaultdict(set)
+    evals: dict[str, set[int]] = defaultdict(set)
+    for r in records:
+        assert r["status"] == "ok", r["error"]
+        assert r["trajectory"]["token_ids"] and sum(r["trajectory"]["loss_mask"])
+        if r["group_id"].startswith("train"):
+            by_step[int(r["group_id"][len("train"):].split("/")[0])].add(r["trajectory"]["policy_version"])
+        else:
+            evals[r["group_id"].split("/")[0]].add(r["trajectory"]["policy_version"])
+    assert sum(r["group_id"].startswith("train") for r in records) == steps * tasks_per_step * group
+    assert dict(by_step) == {s: {v} for s, v in enumerate(versions_at_step)}
+    assert dict(evals) == {"eval0": {0}, f"eval{steps}": {trained_before}}
+
+    saved = json.loads((out / "summary.json").read_text())
+    assert saved == summary
+    assert saved["heldout_before"] == lines[0]["heldout_pass_rate"]
+    assert saved["heldout_after"] == step_lines[-1]["heldout_pass_rate"]
+    assert saved["evals"]["-1"]["rollouts"] == saved["evals"][str(steps - 1)]["rollouts"] == eval_group
+    assert saved["evals"][str(steps - 1)]["versions"] == [trained_before]
+    assert (saved["steps"], saved["group"], saved["taskset"]) == (steps, group, TASKSET)
+    assert (out / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list((out / "sandboxes").glob("sb-*")), "every sandbox of the run was deleted"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--group", "1"], "--group must be at least 2"),
+    (["--lr", "-1"], "--lr must be >= 0"),
+    (["--chunk-mb", "0"], "--chunk-mb must be positive"),
+    (["--policy", "http://127.0.0.1:9/v1"], "--policy must be builtin"),
+    (["--steps", "0"], "must be at least 1"),
+    (["--loss", "cross_entropy"], "invalid choice"),
+    (["--taskset", "nowhere.module:X"], "nowhere"),
+])
+def test_train_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "rl_daytona.cli", "train", "--out", str(tmp_path / "o"), *args],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
