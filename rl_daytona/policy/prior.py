@@ -39,7 +39,7 @@ LINE_PRIOR: dict[str, float] = {
     "in_failing_fn": 3, "in_passing_fn": -3, "outside_fn": -5, "is_def": -5, "is_return": 0.5,
     "dirty_bad": 5, "dirty_good": -5, "fn_tried_in_command": -6, "line_reverted_in_command": 1,
     "line_tried_in_command": -5, "log_bad_tries": -0.3, "log_fragments": 0.0, "failing_fn_untouched": 0.5,
-    "calls_failing_fn": -3, "has_compare": 1.0,
+    "calls_failing_fn": -3,
 }
 OLD_KIND_PRIOR: dict[str, float] = {
     "compare": 2.0, "arith": 2.0, "assign": 1.0, "logic": 0.5, "int": 1.2, "float": 0.5, "const": 0.3,
