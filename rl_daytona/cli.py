@@ -80,27 +80,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _eval(args: argparse.Namespace) -> int:
-    from rl_daytona.eval import EvalConfig, run_eval
-    from rl_daytona.pool import PoolConfig
-
-    settings = Settings(model=args.model, max_turns=args.max_turns, temperature=args.temperature,
-                        exec_timeout=args.exec_timeout, rollout_deadline=args.deadline)
-    limits = SandboxLimits(cpu_seconds=args.cpu_seconds, memory_mb=args.memory_mb,
-                           max_processes=args.max_processes)
-    cfg = EvalConfig(out=args.out, taskset=args.taskset, split=args.split, group=args.group,
-                     max_concurrent=args.max_concurrent, backend=args.backend, isolation=args.isolation,
-                     policy=args.policy, rollout_actors=args.rollout_actors, settings=settings,
-                     limits=limits, pool=PoolConfig(warm_size=args.warm_size))
-    summary = run_eval(cfg)
-    infra = summary["counts_by_status"].get("infra_error", 0)
-    if infra:
-        print(f"rl-daytona: {infra} of {summary['rollouts']} rollouts hit infrastructure errors "
-              f"(see {args.out / 'rollouts.jsonl'})", file=sys.stderr)
-        return 3
-    return 0
-
-
 def _settings(args: argparse.Namespace) -> Settings:
     return Settings(model=args.model, max_turns=args.max_turns, temperature=args.temperature,
                     exec_timeout=args.exec_timeout, rollout_deadline=args.deadline)
@@ -108,6 +87,23 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def _limits(args: argparse.Namespace) -> SandboxLimits:
     return SandboxLimits(cpu_seconds=args.cpu_seconds, memory_mb=args.memory_mb, max_processes=args.max_processes)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from rl_daytona.eval import EvalConfig, run_eval
+    from rl_daytona.pool import PoolConfig
+
+    cfg = EvalConfig(out=args.out, taskset=args.taskset, split=args.split, group=args.group,
+                     max_concurrent=args.max_concurrent, backend=args.backend, isolation=args.isolation,
+                     policy=args.policy, rollout_actors=args.rollout_actors, settings=_settings(args),
+                     limits=_limits(args), pool=PoolConfig(warm_size=args.warm_size))
+    summary = run_eval(cfg)
+    infra = summary["counts_by_status"].get("infra_error", 0)
+    if infra:
+        print(f"rl-daytona: {infra} of {summary['rollouts']} rollouts hit infrastructure errors "
+              f"(see {args.out / 'rollouts.jsonl'})", file=sys.stderr)
+        return 3
+    return 0
 
 
 def _train(args: argparse.Namespace) -> int:

@@ -151,34 +151,20 @@ def parse_prefix(text: str) -> tuple[int, ...] | None:
     Stops as soon as the text is used up, so a cut that fell right after a zero-width piece
     (the empty `new:` fragment) is the one case this cannot recover.
     """
-    if not text:
-        return None
-    return _parse_cut(text, 0, START)
+    return _parse(text, 0, START, cut=True) if text else None
 
 
-def _parse_cut(text: str, pos: int, state: GrammarState) -> tuple[int, ...] | None:
-    if pos == len(text):
+def _parse(text: str, pos: int, state: GrammarState, cut: bool = False) -> tuple[int, ...] | None:
+    """Pieces rendering exactly text[pos:]; complete (ending in DONE) unless `cut`."""
+    if cut and pos == len(text):
         return ()
-    if state == DONE:
-        return None
-    for token in sorted(allowed(state), key=lambda t: -len(V.PIECES[t].text)):
-        piece = V.PIECES[token]
-        if token == V.SUBMIT or not text.startswith(piece.text, pos):
-            continue
-        rest = _parse_cut(text, pos + len(piece.text), advance(state, token))
-        if rest is not None:
-            return (token,) + rest
-    return None
-
-
-def _parse(text: str, pos: int, state: GrammarState) -> tuple[int, ...] | None:
     if state == DONE:
         return () if pos == len(text) else None
     for token in sorted(allowed(state), key=lambda t: -len(V.PIECES[t].text)):
         piece = V.PIECES[token]
         if token == V.SUBMIT or not text.startswith(piece.text, pos):
             continue
-        rest = _parse(text, pos + len(piece.text), advance(state, token))
+        rest = _parse(text, pos + len(piece.text), advance(state, token), cut)
         if rest is not None:
             return (token,) + rest
     return None
