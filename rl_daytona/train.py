@@ -168,7 +168,11 @@ class _Display:
 
 
 def _metrics_line(report: StepReport, rollout_seconds: float, step_seconds: float,
-                  heldout: dict[str, Any] | None, overlap: bool) -> dict[str, Any]:
+                  heldout: dict[str, Any] | None, overlap: dict[str, float] | None) -> dict[str, Any]:
+    """One metrics.jsonl line. `step_seconds` runs from the start of this step's rollouts (or,
+    overlapped, from the end of the previous step) to the end of its training (and eval);
+    `overlap`, when step t's training ran beside step t+1's rollouts, is that window's length
+    and the two phases inside it, so `window / max(phases)` is the overlap figure."""
     counts = report.counts
     complete = max(counts.get("groups_complete", 0), 1)
     line = {
@@ -181,7 +185,8 @@ def _metrics_line(report: StepReport, rollout_seconds: float, step_seconds: floa
         "rollout_seconds": round(rollout_seconds, 3), "train_seconds": round(report.train_seconds, 3),
         "step_seconds": round(step_seconds, 3), "policy_version": report.version,
         "trained": report.trained, "skipped_reason": report.skipped_reason, "loss": report.loss,
-        "mean_turns": round(report.mean_turns, 3), "overlapped": overlap,
+        "mean_turns": round(report.mean_turns, 3), "overlapped": overlap is not None,
+        "overlap": overlap,
         "counts": counts,
         "bytes_per_rollout_by_turns": _bytes_by_turns(report.rollout_bytes),
     }
@@ -276,7 +281,8 @@ async def _train(cfg: TrainConfig, url: str, console: Console, metrics_path: Pat
             step_start = time.monotonic()
             rollout_seconds = await collect(0, requests)
             for step in range(cfg.steps):
-                next_task = None
+                next_task, overlap = None, None
+                window_start = time.monotonic()
                 if cfg.off_policy and step + 1 < cfg.steps and not wants_eval(step):
                     next_requests = _step_requests(cfg, step + 1, rng)
                     next_task = asyncio.ensure_future(collect(step + 1, next_requests))
@@ -284,10 +290,14 @@ async def _train(cfg: TrainConfig, url: str, console: Console, metrics_path: Pat
                 heldout = None
                 if next_task is not None:
                     next_rollout_seconds = await next_task
+                    # the overlapped window against the two phases that ran inside it
+                    overlap = {"window_seconds": round(time.monotonic() - window_start, 3),
+                               "rollout_seconds": round(next_rollout_seconds, 3),
+                               "train_seconds": round(report.train_seconds, 3)}
                 if wants_eval(step):
                     heldout = await evaluate(step)
                 now = time.monotonic()
-                write(_metrics_line(report, rollout_seconds, now - step_start, heldout, next_task is not None))
+                write(_metrics_line(report, rollout_seconds, now - step_start, heldout, overlap))
                 if not report.trained:
                     console.print(f"step {step + 1}: skipped ({report.skipped_reason})")
                 if step + 1 < cfg.steps:

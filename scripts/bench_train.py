@@ -29,11 +29,11 @@ def _metrics(path: Path) -> list[dict[str, Any]]:
 
 
 def _overlap(metrics: list[dict[str, Any]]) -> dict[str, float]:
-    steps = [m for m in metrics if m["step"] >= 0 and m.get("overlapped")]
-    if not steps:
+    windows = [m["overlap"] for m in metrics if m["step"] >= 0 and m.get("overlap")]
+    if not windows:
         return {}
-    ratios = [m["step_seconds"] / max(m["rollout_seconds"], m["train_seconds"]) for m in steps]
-    return {"overlapped_steps": len(steps), "mean_step_over_max_phase": round(sum(ratios) / len(ratios), 3),
+    ratios = [w["window_seconds"] / max(w["rollout_seconds"], w["train_seconds"]) for w in windows]
+    return {"overlapped_steps": len(windows), "mean_step_over_max_phase": round(sum(ratios) / len(ratios), 3),
             "worst_step_over_max_phase": round(max(ratios), 3)}
 
 

@@ -22,7 +22,7 @@ TASKSET = "tests.learn.small_calc:SMALL_CALC"
 STEP_KEYS = {
     "step", "train_pass_rate", "heldout_pass_rate", "frac_groups_mixed", "frac_groups_all_pass",
     "frac_groups_all_fail", "datums", "chunks", "bytes_sent", "rollout_seconds", "train_seconds", "step_seconds",
-    "policy_version", "trained", "skipped_reason", "loss", "mean_turns", "overlapped", "counts",
+    "policy_version", "trained", "skipped_reason", "loss", "mean_turns", "overlapped", "overlap", "counts",
     "bytes_per_rollout_by_turns",
 }
 
@@ -90,6 +90,36 @@ def test_train_end_to_end_trains_the_served_policy(tmp_path: Path) -> None:
     assert (saved["steps"], saved["group"], saved["taskset"]) == (steps, group, TASKSET)
     assert (out / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list((out / "sandboxes").glob("sb-*")), "every sandbox of the run was deleted"
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_off_policy_overlaps_next_rollouts_with_training_and_bounds_staleness(tmp_path: Path) -> None:
+    steps, tasks_per_step, group = 3, 2, 4
+    out = tmp_path / "run"
+    run_train(TrainConfig(out=out, taskset=TASKSET, steps=steps, tasks_per_step=tasks_per_step, group=group,
+                          eval_group=2, max_concurrent=8, seed=1, off_policy=1, settings=Settings(max_turns=3)))
+    step_lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()][1:]
+    assert [m["step"] for m in step_lines] == list(range(steps))
+    # steps 0 and 1 train beside the next step's rollouts; the last step is followed by the eval
+    assert [m["overlapped"] for m in step_lines] == [True, True, False]
+    assert step_lines[-1]["overlap"] is None
+    for m in step_lines[:-1]:
+        window = m["overlap"]
+        assert window["window_seconds"] + 0.05 >= max(window["rollout_seconds"], window["train_seconds"]) > 0
+        assert window["train_seconds"] == m["train_seconds"]
+    trained_after: list[int] = []  # policy version once step s has trained
+    for m in step_lines:
+        assert m["counts"]["completed"] + m["counts"]["dropped"] == m["counts"]["dispatched"] == tasks_per_step * group
+        trained_after.append(m["policy_version"])
+    records = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
+    for r in records:
+        if not r["group_id"].startswith("train"):
+            continue
+        step = int(r["group_id"][len("train"):].split("/")[0])
+        current = trained_after[step - 1] if step else 0  # the version step `step` trains on top of
+        sampled = r["trajectory"]["policy_version"]
+        assert current - 1 <= sampled <= current, (step, sampled, current)  # staleness bound 1
+    assert sum(r["group_id"].startswith("train") for r in records) == steps * tasks_per_step * group
 
 
 @pytest.mark.parametrize("args, message", [
