@@ -8,6 +8,7 @@ lookups are memoised by text only, so repeated requests over the same file stay 
 
 from __future__ import annotations
 
+import ast
 import builtins
 import dis
 import math
@@ -279,11 +280,50 @@ def _new_decision(obs: Observation, draft: Draft, line: int, old: int, allowed: 
         rows.append([(_NEW["reverts"], float(reverts)),
                      (_NEW["known_bad"], float((line, after) in obs.bad_texts)), *_KIND_RELATION[old][r],
                      (_NEW["breaks_syntax"], float(syntax)), (_NEW["unknown_name"], float(unknown)),
-                     (_NEW["no_change"], float(after == text))])
+                     (_NEW["no_change"], float(after == text)),
+                     (_NEW["rebinds"], float(after != text and _rebinds(text, old, r)))])
         hashes.append([(P.hashed("for", name, old, r), 1.0), (P.hashed("tor", stripped, old, r), 1.0)])
         pairs.append([(old * P.N_FRAGMENTS + r, 1.0)])
     blocks = (sparse_block("pair_w", pairs), sparse_block("new_w", rows), sparse_block("new_hash", hashes))
     return Decision(allowed, blocks)
+
+
+@lru_cache(maxsize=1 << 16)
+def _rebinds(text: str, old: int, new: int) -> bool:
+    """Whether the replacement text, put in place of the first match, does not stay one
+    subexpression: `a / len(xs)` -> `a / len(xs) - 1` parses as `(a / len(xs)) - 1`. A coder
+    who means `len(xs) - 1` there writes the parentheses, so such an edit is almost never the
+    intended one. Only for replacements that are expressions on their own."""
+    fragment = V.FRAGMENTS[new]
+    if old == V.FRAGMENTS.index(V.EOL) or not _is_expression(fragment):
+        return False
+    pattern = V.FRAGMENT_REGEX[old]
+    plain = pattern.sub(lambda _m: fragment, text, count=1)
+    grouped = pattern.sub(lambda _m: f"({fragment})", text, count=1)
+    a, b = _statement_ast(plain), _statement_ast(grouped)
+    return a is not None and b is not None and a != b
+
+
+@lru_cache(maxsize=4096)
+def _is_expression(fragment: str) -> bool:
+    try:
+        ast.parse(fragment.strip(), mode="eval")
+    except SyntaxError:
+        return False
+    return bool(fragment.strip())
+
+
+def _statement_ast(line: str) -> str | None:
+    """ast.dump of one source line as a statement (a block header gets a `pass` body)."""
+    code = line.strip()
+    if code.endswith(":"):
+        code += " pass"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.dump(ast.parse(code))
+    except SyntaxError:
+        return None
 
 
 def _second(text: str | None, old: int, new: int) -> str | None:

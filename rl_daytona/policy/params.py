@@ -31,7 +31,7 @@ LINE_FEATURES: tuple[str, ...] = (
 )
 OLD_FEATURES: tuple[str, ...] = ("revertible", "in_failing_fn", "repeated_on_line", "no_valid_new")
 NEW_FEATURES: tuple[str, ...] = ("reverts", "known_bad", "same_kind", "compatible_kind", "incompatible_kind",
-                                 "breaks_syntax", "unknown_name", "no_change")
+                                 "breaks_syntax", "unknown_name", "no_change", "rebinds")
 FLAG_FEATURES: tuple[str, ...] = ("reverts", "no_change", "breaks")
 SEP_CONTEXT: tuple[str, ...] = ("bias", "untried_failing_fn", "unreverted_bad_line", "subs_2", "subs_3")
 

@@ -49,7 +49,7 @@ OLD_KIND_PRIOR: dict[str, float] = {
 OLD_PRIOR: dict[str, float] = {"revertible": 6, "repeated_on_line": -0.3, "no_valid_new": -8}
 NEW_PRIOR: dict[str, float] = {"reverts": 6, "known_bad": -8, "same_kind": 1, "compatible_kind": 0,
                                "incompatible_kind": -6,
-                               "breaks_syntax": -8, "unknown_name": -6, "no_change": -6}
+                               "breaks_syntax": -8, "unknown_name": -6, "no_change": -6, "rebinds": -4}
 SEP_PRIOR: dict[str, float] = {"bias": -3, "untried_failing_fn": 5, "unreverted_bad_line": 5,
                                "subs_2": -0.5, "subs_3": -1}
 FLAG_PRIOR: dict[str, float] = {"reverts": 6, "no_change": -6, "breaks": -8}

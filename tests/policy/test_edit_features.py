@@ -15,7 +15,7 @@ from rl_daytona.policy.observe import Observation, apply_substitution, observe
 
 _ID = V.piece_id
 _FRAG = V.FRAGMENTS.index
-_NAMES = {"line_w": P.LINE_FEATURES, "old_w": P.OLD_FEATURES, "new_w": P.NEW_FEATURES}
+_NAMES = {"line_w": P.LINE_FEATURES, "old_w": P.OLD_FEATURES, "new_w": P.NEW_FEATURES, "flag_w": P.FLAG_FEATURES}
 
 
 @pytest.mark.parametrize("source,ok,names", [
@@ -154,3 +154,27 @@ def test_decisions_are_pure_functions_of_observation_and_prefix(contexts: dict[s
     assert a.candidates == b.candidates
     for x, y in zip(a.blocks, b.blocks):
         assert x.param == y.param and (x.index == y.index).all() and (x.value == y.value).all()
+
+
+@pytest.mark.parametrize("text, old, new, rebinds", [
+    ("    return sum((x - m) ** 2 for x in xs) / len(xs)", "len(xs)", "len(xs) - 1", True),  # (a / n) - 1
+    ("    return sum((x - m) ** 2 for x in xs) / len(xs)", "len(xs)", "(len(xs) - 1)", False),
+    ("    k = len(s) * p / 100", "len(s)", "len(s) - 1", True),
+    ("    mid = len(s) // 2", "len(s)", "len(s) + 1", True),
+    ("    c = min(f + 1, len(s) - 1)", "len(s) - 1", "len(s)", False),  # an argument stays one
+    ("    if len(s) % 2 == 0:", "0", "1", False),  # a block header parses with a stub body
+    ("    return s[f] - (s[c] - s[f]) * (k - f)", " - ", " + ", False),  # not an expression: no check
+    ("    counts[x] = counts.get(x, 0)", V.EOL, " + 1", False),  # appending is never checked
+])
+def test_rebinds_marks_a_replacement_that_does_not_stay_one_subexpression(
+        text: str, old: str, new: str, rebinds: bool) -> None:
+    assert E._rebinds(text, _FRAG(old), _FRAG(new)) is rebinds
+
+
+def test_rebinds_fires_as_a_new_feature(contexts: dict[str, list[int]]) -> None:
+    obs = observe(contexts["looked"])  # variant 8: line 38 is `k = (len(s) - 1) * p / 100`
+    assert obs.lines[38] == "    k = (len(s) - 1) * p / 100"
+    news = _features(_decide(obs, _new_prefix(38, "(len(s) - 1)")), "new_w")
+    by_name = {V.FRAGMENTS[V.fragment_of(c)]: names for c, names in news.items()}
+    assert "rebinds" in by_name["len(s) + 1"] and "rebinds" not in by_name["len(s)"]
+    assert "rebinds" not in by_name["(len(s) + 1)"]
