@@ -133,7 +133,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         code = {"eval": _eval, "train": _train}[args.command](args)
-    except (TaskError, ValueError, IsolationUnavailableError, FileNotFoundError, TrainingCallError) as exc:
+    except TrainingCallError as exc:  # the training service failed after retries: not the user's input
+        print(f"rl-daytona {args.command}: error: {exc}", file=sys.stderr)
+        code = 4
+    except (TaskError, ValueError, IsolationUnavailableError, FileNotFoundError) as exc:
         print(f"rl-daytona {args.command}: error: {exc}", file=sys.stderr)
         code = 2
     except KeyboardInterrupt:

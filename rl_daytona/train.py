@@ -30,7 +30,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from rl_daytona.backends import BackendSpec
 from rl_daytona.eval import RolloutSink, requests_for
-from rl_daytona.learn.clients import AdamParams, LocalTrainingClient
+from rl_daytona.learn.clients import AdamParams, LocalTrainingClient, TrainingCallError
 from rl_daytona.learn.learner import LearnerConfig, StepReport
 from rl_daytona.pool import PoolConfig
 from rl_daytona.tasks import get_taskset
@@ -62,6 +62,8 @@ class TrainConfig:
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     pool: PoolConfig = field(default_factory=PoolConfig)
     run_id: str = ""
+    # () -> TrainingClient, built inside the Learner; None: the built-in service that samples
+    training_client: Callable[[], Any] | None = None
 
     def __post_init__(self) -> None:
         for name in ("steps", "tasks_per_step", "group", "eval_group", "max_concurrent", "rollout_actors"):
@@ -242,7 +244,7 @@ async def _train(cfg: TrainConfig, url: str, console: Console, metrics_path: Pat
     learner_cfg = LearnerConfig(loss_fn=cfg.loss_fn, adam=AdamParams(learning_rate=cfg.lr),
                                 chunk_bytes=cfg.chunk_bytes, normalize_std=cfg.normalize_std,
                                 max_staleness=cfg.off_policy if cfg.off_policy else None)
-    learner = runtime.start_learner(functools.partial(LocalTrainingClient, url), learner_cfg)
+    learner = runtime.start_learner(cfg.training_client or functools.partial(LocalTrainingClient, url), learner_cfg)
     fleet = Fleet(pool, actors, cfg.max_concurrent)
     display = _Display(console, cfg)
     rng = np.random.default_rng(cfg.seed)
@@ -286,7 +288,12 @@ async def _train(cfg: TrainConfig, url: str, console: Console, metrics_path: Pat
                 if cfg.off_policy and step + 1 < cfg.steps and not wants_eval(step):
                     next_requests = _step_requests(cfg, step + 1, rng)
                     next_task = asyncio.ensure_future(collect(step + 1, next_requests))
-                report: StepReport = await learner.train_step.remote(step)
+                try:
+                    report: StepReport = await learner.train_step.remote(step)
+                except Exception as exc:  # noqa: BLE001 - a RayTaskError wrapping the Learner's error
+                    if next_task is not None:
+                        next_task.cancel()
+                    raise TrainingStepFailed(step, _one_line(exc), metrics, evals) from None
                 heldout = None
                 if next_task is not None:
                     next_rollout_seconds = await next_task
@@ -316,6 +323,22 @@ async def _train(cfg: TrainConfig, url: str, console: Console, metrics_path: Pat
     return {"metrics": metrics, "evals": evals, "wall_seconds": time.monotonic() - started}
 
 
+class TrainingStepFailed(TrainingCallError):
+    """A step's training calls failed after the Learner's retries; the run stops there."""
+
+    def __init__(self, step: int, reason: str, metrics: list[dict[str, Any]], evals: dict[int, Any]) -> None:
+        super().__init__(f"step {step + 1}: training failed: {reason}")
+        self.step, self.reason, self.metrics, self.evals = step, reason, metrics, evals
+
+
+def _one_line(exc: BaseException) -> str:
+    """The original error's first line (Ray's wrapper adds the remote traceback)."""
+    cause = getattr(exc, "cause", None) or exc
+    lines = str(cause).strip().splitlines()
+    first = lines[0] if lines else ""
+    return first if isinstance(cause, TrainingCallError) else f"{type(cause).__name__}: {first}"
+
+
 def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any]:
     """Train end to end; writes metrics.jsonl, curve.png, rollouts.jsonl, summary.json, policy.*"""
     from rl_daytona import runtime
@@ -334,7 +357,10 @@ def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any
         server = stack.enter_context(start_builtin_server(seed=cfg.seed))
         sink = RolloutSink(cfg.out / "rollouts.jsonl")
         stack.callback(sink.close)
-        result = asyncio.run(_train(cfg, server.url, console, metrics_path, sink))
+        try:
+            result = asyncio.run(_train(cfg, server.url, console, metrics_path, sink))
+        except TrainingStepFailed as failed:
+            raise _keep_what_was_done(cfg, failed, server.url, run_id) from None
     before = result["evals"].get(-1, {}).get("pass_rate")
     after = result["evals"].get(cfg.steps - 1, {}).get("pass_rate")
     plot_curve(result["metrics"], cfg.out / "curve.png", f"{cfg.taskset}: lr {cfg.lr}, {cfg.steps} steps")
@@ -346,3 +372,31 @@ def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any
     console.print(f"held-out pass rate: {before:.1%} before -> {after:.1%} after {cfg.steps} steps "
                   f"({result['wall_seconds']:.0f}s)")
     return summary
+
+
+def _keep_what_was_done(cfg: TrainConfig, failed: TrainingStepFailed, url: str, run_id: str) -> TrainingCallError:
+    """After a failed step: save the weights of the last good step (when the service still
+    answers), the curve and a summary saying where the run stopped; return the one-line error."""
+    saved = ""
+    if cfg.training_client is None:
+        try:
+            saved = asyncio.run(_save_policy(url, str(cfg.out / "policy")))
+        except TrainingCallError:
+            saved = ""
+    plot_curve(failed.metrics, cfg.out / "curve.png", f"{cfg.taskset}: lr {cfg.lr}, stopped at step {failed.step + 1}")
+    evals = failed.evals
+    summary = {"run_id": run_id, "taskset": cfg.taskset, "steps": cfg.steps, "completed_steps": failed.step,
+               "failed_step": failed.step, "error": str(failed), "policy_saved": saved or None,
+               "heldout_before": evals.get(-1, {}).get("pass_rate"),
+               "evals": {str(k): v for k, v in evals.items()}}
+    (cfg.out / "summary.json").write_text(json.dumps(summary, indent=2))
+    kept = f"policy after step {failed.step} saved to {saved}" if saved else "policy not saved (the service is gone)"
+    return TrainingCallError(f"{failed}; {kept}; metrics.jsonl and rollouts.jsonl keep every finished step")
+
+
+async def _save_policy(url: str, path: str) -> str:
+    client = LocalTrainingClient(url)
+    try:
+        return await client.save_state(path)
+    finally:
+        await client.close()

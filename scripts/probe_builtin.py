@@ -101,12 +101,16 @@ def _grade(workdir: Path) -> bool:
         return proc.returncode == 0
 
 
-def local_policy(model: PolicyModel, memo: CompletionMemo, seed: int):
-    """A `complete(messages) -> assistant message` over the in-process model."""
+def local_policy(model: PolicyModel, memo: CompletionMemo, seed: int, record: list | None = None):
+    """A `complete(messages) -> assistant message` over the in-process model; with `record`,
+    every turn's (context ids, completion ids, logprobs) is appended to it."""
     rng = np.random.default_rng(seed)
 
     def complete(messages: list[dict[str, Any]]) -> dict[str, Any]:
-        ids, _ = model.sample(encode_prompt(messages, memo), rng, 1.0, 256)
+        context = encode_prompt(messages, memo)
+        ids, lps = model.sample(context, rng, 1.0, 256)
+        if record is not None:
+            record.append((context, ids, lps))
         if G.is_complete(ids) and ids[0] == G.V.SUBMIT:
             return {"role": "assistant", "content": SUBMIT_TEXT}
         call_id = f"call_{rng.integers(1 << 62):x}"

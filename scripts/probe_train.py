@@ -14,42 +14,21 @@ answers "which lr, how many steps" in minutes instead of an hour.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 import probe_builtin as P  # noqa: E402
 
-from rl_daytona.policy import grammar as G  # noqa: E402
-from rl_daytona.policy.chat import SUBMIT_TEXT, CompletionMemo, encode_prompt  # noqa: E402
+from rl_daytona.policy.chat import CompletionMemo  # noqa: E402
 from rl_daytona.policy.model import PolicyModel  # noqa: E402
 from rl_daytona.policy.prior import initial_params  # noqa: E402
 from rl_daytona.policy.training import Trainer, TrainDatum, completion_mask  # noqa: E402
 from rl_daytona.tasks.calc import bugs  # noqa: E402
-
-
-def recording_policy(model: PolicyModel, memo: CompletionMemo, seed: int, record: list):
-    rng = np.random.default_rng(seed)
-
-    def complete(messages: list[dict[str, Any]]) -> dict[str, Any]:
-        context = encode_prompt(messages, memo)
-        ids, lps = model.sample(context, rng, 1.0, 256)
-        record.append((context, ids, lps))
-        if G.is_complete(ids) and ids[0] == G.V.SUBMIT:
-            return {"role": "assistant", "content": SUBMIT_TEXT}
-        call_id = f"call_{rng.integers(1 << 62):x}"
-        memo.remember(call_id, ids)
-        call = {"id": call_id, "type": "function",
-                "function": {"name": "bash", "arguments": json.dumps({"command": G.render(ids)})}}
-        return {"role": "assistant", "content": None, "tool_calls": [call]}
-
-    return complete
 
 
 def run_batch(model, memo, jobs, max_turns, workers, seed):
@@ -57,7 +36,7 @@ def run_batch(model, memo, jobs, max_turns, workers, seed):
         variant, attempt, tag = job
         record: list = []
         s = seed * 1_000_003 + tag * 7919 + variant * 1009 + attempt
-        ok, _ = P.episode(recording_policy(model, memo, s, record), variant, max_turns)
+        ok, _ = P.episode(P.local_policy(model, memo, s, record), variant, max_turns)
         return variant, attempt, ok, record
 
     with ThreadPoolExecutor(workers) as pool:

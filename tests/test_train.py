@@ -7,6 +7,7 @@ grammar only knows calc.py, so on `wordcount` every attempt fails and no step co
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -136,3 +137,36 @@ def test_train_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[s
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_training_service_that_stops_answering_stops_the_run_in_one_line_keeping_what_was_done(
+        tmp_path: Path) -> None:
+    """Training calls go to a port nothing listens on: the Learner retries, then the run stops
+    with one line naming the step and the cause; the untrained eval, every rollout of the step
+    and a summary saying where it stopped are on disk; sampling kept working throughout."""
+    from rl_daytona.learn.clients import LocalTrainingClient, TrainingCallError
+
+    out = tmp_path / "run"
+    dead = functools.partial(LocalTrainingClient, "http://127.0.0.1:9/v1", timeout=5.0)
+    cfg = TrainConfig(out=out, taskset=TASKSET, steps=3, tasks_per_step=2, group=4, eval_group=2,
+                      max_concurrent=8, seed=0, settings=Settings(max_turns=3), training_client=dead)
+    with pytest.raises(TrainingCallError) as info:
+        run_train(cfg)  # the first step with a mixed group calls forward_backward, and fails
+    message = str(info.value)
+    summary = json.loads((out / "summary.json").read_text())
+    failed = summary["failed_step"]
+    assert len(message.splitlines()) == 1, message
+    assert message.startswith(f"step {failed + 1}: training failed: forward_backward: cannot reach "
+                              "http://127.0.0.1:9/v1"), message
+    assert "policy not saved" in message  # a custom trainer's state is the trainer's to keep
+    assert summary["completed_steps"] == failed and summary["error"] == message.split("; policy")[0]
+    assert summary["heldout_before"] is not None and summary["evals"]["-1"]["rollouts"] == 2
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == list(range(-1, failed))  # every finished step (all skipped)
+    assert all(not m["trained"] for m in lines[1:])
+    records = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
+    assert sum(r["group_id"].startswith(f"train{failed}/") for r in records) == 2 * 4
+    assert all(r["status"] == "ok" for r in records)
+    assert (out / "curve.png").exists()
+    assert not list((out / "sandboxes").glob("sb-*")), "every sandbox of the run was deleted"
