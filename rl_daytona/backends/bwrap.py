@@ -33,6 +33,7 @@ HOST_ID = 1_000_000  # as root: the host uid/gid of sandbox processes (never roo
 _PID1 = ["sh", "-c", '"$@"; exit $?', "sh"]  # pid 1 forks the command; its CPU time reaches us
 OUTPUT_KILL_FACTOR = 16  # a command producing 16x the output cap is killed (limit "output")
 _DRAIN_GRACE = 1.0  # seconds to wait for pipes after the command exited
+_EXIT_GRACE = 5.0  # seconds to wait for a SIGKILLed process to be reaped
 _ETC_FILES = ("alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime",
               "nsswitch.conf", "protocols")
 _ETC_DATA = {
@@ -161,6 +162,7 @@ class Launch:
 
     def __init__(self) -> None:
         self.host_id = sandbox_host_id()
+        self.child_pid: int | None = None  # the sandbox's pid 1 (host pid), once bwrap reports it
         self.etc_fds: dict[str, int] = {}
         self._own: list[int] = []
         for dest, data in _ETC_DATA.items():
@@ -215,7 +217,7 @@ class Launch:
 
     def _finish(self, info: bytes) -> None:
         if info.strip():  # empty: bwrap failed before cloning; its stderr tells why
-            pid = json.loads(info)["child-pid"]
+            pid = self.child_pid = int(json.loads(info)["child-pid"])
             for name in ("uid_map", "gid_map"):
                 Path(f"/proc/{pid}/{name}").write_text(f"0 0 1\n1000 {self.host_id} 1\n")
         self._close(self._block_w)  # EOF on the block fd releases bwrap
@@ -351,7 +353,7 @@ async def run_limited(argv: list[str], *, limits: SandboxLimits, timeout: float,
         if launch is not None:
             launch.spawned()
             await _handshake(launch, proc)
-        return await _supervise(proc, started, timeout, stdin, output_cap)
+        return await _supervise(proc, started, timeout, stdin, output_cap, launch)
     finally:
         if running is not None:
             running.discard(proc.pid)
@@ -362,29 +364,45 @@ async def _handshake(launch: Launch, proc: asyncio.subprocess.Process) -> None:
         await launch.handshake()
     except (OSError, ValueError, KeyError, TimeoutError) as exc:
         kill_now(proc.pid)
-        await proc.wait()
+        _kill_escaped(launch.child_pid)
+        await _exited(proc, _EXIT_GRACE)
         raise OSError(f"bwrap user-namespace handshake failed: {exc!r}") from exc
 
 
 async def _supervise(proc: asyncio.subprocess.Process, started: float, timeout: float,
-                     stdin: bytes | None, output_cap: int) -> RunOutcome:
+                     stdin: bytes | None, output_cap: int, launch: Launch | None = None) -> RunOutcome:
     capture = _Capture(output_cap, lambda: kill_now(proc.pid))
     pumps = asyncio.gather(_drain(proc.stdout, 0, capture), _drain(proc.stderr, 1, capture),
                            _feed(proc.stdin, stdin))
     timed_out = False
     try:
         await asyncio.wait_for(proc.wait(), timeout)
+    except asyncio.CancelledError:  # the caller's deadline: the command must not outlive it
+        kill_now(proc.pid)
+        _kill_escaped(launch.child_pid if launch else None)
+        pumps.cancel()
+        _close_transport(proc)
+        raise
     except TimeoutError:
-        timed_out = True
-        await _kill_tree(proc)
+        # on 3.11 `wait()` also waits for the pipes: the command itself may have exited already
+        timed_out = proc.returncode is None
+        if timed_out:
+            await _kill_tree(proc)
+        _kill_escaped(launch.child_pid if launch else None)
     seconds = time.monotonic() - started
     try:
         await asyncio.wait_for(asyncio.shield(pumps), _DRAIN_GRACE)
     except TimeoutError:  # something that outlived the command still holds the pipes
         kill_now(proc.pid)
+        _kill_escaped(launch.child_pid if launch else None)
         pumps.cancel()
-        with suppress(asyncio.CancelledError):
+        _close_transport(proc)
+        try:
             await pumps
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # our caller's deadline, not the pumps we just cancelled: pass it on
     return RunOutcome(124 if timed_out else proc.returncode, bytes(capture.kept[0]),
                       bytes(capture.kept[1]), seconds, timed_out, capture.truncated,
                       capture.killed)
@@ -407,11 +425,44 @@ async def _feed(stream: asyncio.StreamWriter | None, data: bytes | None) -> None
 async def _kill_tree(proc: asyncio.subprocess.Process) -> None:
     """Kill the children first so bwrap reaps them (their CPU time reaches us), then all."""
     _kill_children(proc.pid)
-    try:
-        await asyncio.wait_for(proc.wait(), 1.0)
-    except TimeoutError:
+    if not await _exited(proc, 1.0):
         kill_now(proc.pid)
-        await proc.wait()
+        await _exited(proc, _EXIT_GRACE)
+
+
+def _close_transport(proc: asyncio.subprocess.Process) -> None:
+    """Close our ends of the pipes now: left to the garbage collector, an open subprocess
+    transport complains from `__del__` after its loop has closed."""
+    transport = getattr(proc, "_transport", None)
+    if transport is not None:
+        transport.close()
+
+
+async def _exited(proc: asyncio.subprocess.Process, timeout: float) -> bool:
+    """Wait (bounded) for the process itself to exit. Not `proc.wait()`: on Python 3.11 that
+    also waits for every pipe to close, and a process that escaped the group (a sandbox's pid 1
+    whose bwrap parent was killed) can hold them for ever."""
+    deadline = time.monotonic() + timeout
+    while proc.returncode is None:
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+def _kill_escaped(pid: int | None) -> None:
+    """SIGKILL a sandbox's pid 1 if it outlived its bwrap (it is in its own session, and the
+    kernel drops its parent-death signal when it changes credentials); its pid namespace, and
+    every process in it, dies with it. Only a process that still runs bwrap is touched."""
+    if pid is None:
+        return
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0]
+    except OSError:
+        return
+    if os.path.basename(cmdline) == b"bwrap":
+        with suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _kill_children(pid: int) -> None:

@@ -1,0 +1,72 @@
+"""The process supervisor under the sandboxes: a process that escapes the command's process
+group and keeps its output pipes open must not hang the caller (on Python 3.11,
+`Process.wait()` also waits for the pipes, so an unbounded `wait()` after a kill never returns)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+from rl_daytona.backends import bwrap as bw
+from rl_daytona.types import SandboxLimits
+
+ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+
+
+def _escaper(tail: str) -> tuple[list[str], str]:
+    """A shell that starts a `sleep` in a new session (outside the command's group, holding
+    stdout) and then runs `tail`; returns (argv, a marker to find the sleep by)."""
+    marker = f"{60 + uuid.uuid4().int % 1000 / 1000:.3f}"
+    return ["sh", "-c", f"setsid sleep {marker} & {tail}"], marker
+
+
+def _kill_marker(marker: str) -> None:
+    subprocess.run(["pkill", "-f", f"sleep {marker}"], check=False)
+
+
+def _run(argv: list[str], timeout: float) -> tuple[bw.RunOutcome, float]:
+    async def go() -> bw.RunOutcome:
+        return await bw.run_limited(argv, limits=SandboxLimits(), timeout=timeout, stdin=None,
+                                    output_cap=4096, env=ENV, nproc=False)
+
+    started = time.monotonic()
+    outcome = asyncio.run(go())
+    return outcome, time.monotonic() - started
+
+
+def test_a_timed_out_command_returns_even_if_an_escaped_process_holds_its_pipes() -> None:
+    argv, marker = _escaper("echo start; sleep 30")
+    try:
+        outcome, seconds = _run(argv, timeout=1.0)
+    finally:
+        _kill_marker(marker)
+    assert outcome.timed_out and outcome.returncode == 124
+    assert outcome.stdout == b"start\n"
+    assert seconds < 15, f"took {seconds:.1f}s: waited for the escaped process (60s) instead"
+
+
+def test_a_finished_command_whose_pipes_stay_open_is_not_called_timed_out() -> None:
+    argv, marker = _escaper("echo done")
+    try:
+        outcome, seconds = _run(argv, timeout=3.0)
+    finally:
+        _kill_marker(marker)
+    assert not outcome.timed_out and outcome.returncode == 0
+    assert outcome.stdout == b"done\n"
+    assert seconds < 15, f"took {seconds:.1f}s"
+
+
+def test_kill_escaped_touches_only_a_live_bwrap() -> None:
+    bw._kill_escaped(None)  # nothing recorded: nothing to do
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        bw._kill_escaped(proc.pid)  # a python, not a bwrap: left alone
+        assert proc.poll() is None
+    finally:
+        proc.kill()
+        proc.wait()
+    bw._kill_escaped(proc.pid)  # gone: no error
