@@ -371,7 +371,11 @@ async def _handshake(launch: Launch, proc: asyncio.subprocess.Process) -> None:
 
 async def _supervise(proc: asyncio.subprocess.Process, started: float, timeout: float,
                      stdin: bytes | None, output_cap: int, launch: Launch | None = None) -> RunOutcome:
-    capture = _Capture(output_cap, lambda: kill_now(proc.pid))
+    def kill_all() -> None:
+        kill_now(proc.pid)
+        _kill_escaped(launch.child_pid if launch else None)
+
+    capture = _Capture(output_cap, kill_all)
     pumps = asyncio.gather(_drain(proc.stdout, 0, capture), _drain(proc.stderr, 1, capture),
                            _feed(proc.stdin, stdin))
     timed_out = False
