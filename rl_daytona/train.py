@@ -390,7 +390,12 @@ def _keep_what_was_done(cfg: TrainConfig, failed: TrainingStepFailed, url: str, 
                "heldout_before": evals.get(-1, {}).get("pass_rate"),
                "evals": {str(k): v for k, v in evals.items()}}
     (cfg.out / "summary.json").write_text(json.dumps(summary, indent=2))
-    kept = f"policy after step {failed.step} saved to {saved}" if saved else "policy not saved (the service is gone)"
+    if saved:
+        kept = f"policy after step {failed.step} saved to {saved}"
+    elif cfg.training_client is None:
+        kept = "policy not saved (the model service did not answer)"
+    else:
+        kept = "policy not saved (a custom training client keeps its own state)"
     return TrainingCallError(f"{failed}; {kept}; metrics.jsonl and rollouts.jsonl keep every finished step")
 
 
