@@ -176,7 +176,7 @@ def test_fork_bomb_is_contained(backend: LocalBackend) -> None:
             peak = max(peak, _descendants(set(backend._running.get(box.sandbox_id, set()))))
             await asyncio.sleep(0.05)
         result = await task
-        assert time.monotonic() - started < 12
+        assert time.monotonic() - started < 25  # killed, not left to its `sleep 30`
         assert result.timed_out or result.limit_hit == "processes"
         assert peak < LIMITS.max_processes + 20, peak
         fresh = await backend.create("run-1")
@@ -201,12 +201,13 @@ def test_cpu_limit_kills_busy_loop(tmp_path: Path) -> None:
         box = await backend.create("run-1")
         spent = backend.cpu_seconds()
         started = time.monotonic()
-        result = await backend.exec(box, "python -c 'while True: pass'", timeout=20)
-        assert time.monotonic() - started < 6
+        # the CPU limit ends it, not the wall clock (however slowly a loaded machine runs it)
+        result = await backend.exec(box, "python -c 'while True: pass'", timeout=300)
+        assert not result.timed_out and time.monotonic() - started < 300
         assert result.limit_hit == "cpu" and result.exit_code != 0
         assert backend.cpu_seconds() - spent >= 1.5  # the sandbox's CPU time is accounted
-        shell = await backend.exec(box, "while :; do :; done", timeout=20)
-        assert shell.limit_hit == "cpu"
+        shell = await backend.exec(box, "while :; do :; done", timeout=300)
+        assert shell.limit_hit == "cpu" and not shell.timed_out
     run(go())
 
 
@@ -237,7 +238,7 @@ def test_endless_output_is_truncated_and_killed(backend: LocalBackend) -> None:
         box = await _sandbox(backend)
         started = time.monotonic()
         result = await backend.exec(box, "yes", timeout=30)
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < 20 and not result.timed_out  # the output cap, not the clock
         assert result.output_truncated and result.limit_hit == "output"
         assert len(result.stdout) == LIMITS.max_output_bytes
         small = await backend.exec(box, "head -c 10000 /dev/zero | tr '\\0' a")
@@ -250,7 +251,7 @@ def test_wall_clock_timeout(backend: LocalBackend) -> None:
         box = await _sandbox(backend)
         started = time.monotonic()
         result = await backend.exec(box, "echo start; sleep 30", timeout=1)
-        assert time.monotonic() - started < 4
+        assert time.monotonic() - started < 20  # the 1 s timeout, not the `sleep 30`
         assert result.timed_out and result.exit_code == 124 and result.stdout == "start\n"
         assert await _out(backend, box, "echo after") == "after\n"
     run(go())

@@ -158,14 +158,14 @@ def test_an_infinite_loop_times_out(local_backend: LocalBackend) -> None:
     started = time.monotonic()
     result = grade(local_backend, {"calc.py": "while True:\n    pass\n"}, timeout=3)
     assert (result.reward, result.timed_out) == (0.0, True)
-    assert time.monotonic() - started < 12
+    assert time.monotonic() - started < 60  # the 3 s timeout ended it
 
 
 def test_a_daemon_left_behind_does_not_hang_grading(local_backend: LocalBackend) -> None:
     daemon = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n    os._exit(0)\n"
     started = time.monotonic()
     assert grade(local_backend, {"calc.py": daemon + PRISTINE}).reward == 1.0
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 45  # not the daemon's 60 s
 
 
 def test_missing_source_pays_zero_and_says_so(local_backend: LocalBackend) -> None:
