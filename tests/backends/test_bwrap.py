@@ -38,23 +38,23 @@ def _run(argv: list[str], timeout: float) -> tuple[bw.RunOutcome, float]:
     return outcome, time.monotonic() - started
 
 
-def test_a_timed_out_command_returns_even_if_an_escaped_process_holds_its_pipes() -> None:
-    argv, marker = _escaper("echo start; sleep 30")
+def _run_escaper(tail: str, timeout: float) -> tuple[bw.RunOutcome, float]:
+    argv, marker = _escaper(tail)
     try:
-        outcome, seconds = _run(argv, timeout=1.0)
+        return _run(argv, timeout)
     finally:
         _kill_marker(marker)
+
+
+def test_a_timed_out_command_returns_even_if_an_escaped_process_holds_its_pipes() -> None:
+    outcome, seconds = _run_escaper("echo start; sleep 30", timeout=1.0)
     assert outcome.timed_out and outcome.returncode == 124
     assert outcome.stdout == b"start\n"
     assert seconds < 15, f"took {seconds:.1f}s: waited for the escaped process (60s) instead"
 
 
 def test_a_finished_command_whose_pipes_stay_open_is_not_called_timed_out() -> None:
-    argv, marker = _escaper("echo done")
-    try:
-        outcome, seconds = _run(argv, timeout=3.0)
-    finally:
-        _kill_marker(marker)
+    outcome, seconds = _run_escaper("echo done", timeout=3.0)
     assert not outcome.timed_out and outcome.returncode == 0
     assert outcome.stdout == b"done\n"
     assert seconds < 15, f"took {seconds:.1f}s"
