@@ -457,16 +457,21 @@ async def _exited(proc: asyncio.subprocess.Process, timeout: float) -> bool:
 def _kill_escaped(pid: int | None) -> None:
     """SIGKILL a sandbox's pid 1 if it outlived its bwrap (it is in its own session, and the
     kernel drops its parent-death signal when it changes credentials); its pid namespace, and
-    every process in it, dies with it. Only a process that still runs bwrap is touched."""
-    if pid is None:
+    every process in it, dies with it. Only a process that is still pid 1 of a pid namespace
+    of its own is touched (not whatever later reused the pid)."""
+    if pid is None or not _is_namespace_init(pid):
         return
+    with suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _is_namespace_init(pid: int) -> bool:
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0]
+        status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
-        return
-    if os.path.basename(cmdline) == b"bwrap":
-        with suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+        return False
+    nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
+    return len(nspid) >= 2 and nspid[-1] == "1"
 
 
 def _kill_children(pid: int) -> None:

@@ -10,6 +10,9 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
+
+import pytest
 
 from rl_daytona.backends import bwrap as bw
 from rl_daytona.types import SandboxLimits
@@ -60,13 +63,48 @@ def test_a_finished_command_whose_pipes_stay_open_is_not_called_timed_out() -> N
     assert seconds < 15, f"took {seconds:.1f}s"
 
 
-def test_kill_escaped_touches_only_a_live_bwrap() -> None:
+def test_kill_escaped_touches_only_a_pid_namespace_init() -> None:
     bw._kill_escaped(None)  # nothing recorded: nothing to do
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        bw._kill_escaped(proc.pid)  # a python, not a bwrap: left alone
+        bw._kill_escaped(proc.pid)  # an ordinary process (a reused pid): left alone
         assert proc.poll() is None
     finally:
         proc.kill()
         proc.wait()
     bw._kill_escaped(proc.pid)  # gone: no error
+
+
+def test_kill_escaped_kills_a_sandbox_pid_1(tmp_path: Path) -> None:
+    """A real sandbox's pid 1, as recorded from bwrap's info fd, dies with everything in it."""
+    from rl_daytona.backends.local import LocalBackend
+
+    async def go() -> None:
+        backend = LocalBackend(tmp_path / "sb", limits=SandboxLimits())
+        box = await backend.create("run-1")
+        launches: list[bw.Launch] = []
+        real = bw.Launch
+
+        class Recording(real):  # type: ignore[misc, valid-type]
+            def __init__(self) -> None:
+                super().__init__()
+                launches.append(self)
+
+        bw.Launch = Recording  # type: ignore[misc]
+        try:
+            task = asyncio.create_task(backend.exec(box, "sleep 60", timeout=120))
+            while not launches or launches[-1].child_pid is None:
+                await asyncio.sleep(0.05)
+            pid = launches[-1].child_pid
+            await asyncio.sleep(0.3)
+            assert bw._is_namespace_init(pid)
+            bw._kill_escaped(pid)
+            result = await asyncio.wait_for(task, 30)
+        finally:
+            bw.Launch = real  # type: ignore[misc]
+        assert result.exit_code != 0 and not result.timed_out
+        await backend.delete(box)
+
+    if bw.sandbox_host_id() is None:
+        pytest.skip("the sandbox's pid is only reported through the root handshake")
+    asyncio.run(go())
