@@ -382,8 +382,7 @@ async def _supervise(proc: asyncio.subprocess.Process, started: float, timeout: 
     try:
         await asyncio.wait_for(proc.wait(), timeout)
     except asyncio.CancelledError:  # the caller's deadline: the command must not outlive it
-        kill_now(proc.pid)
-        _kill_escaped(launch.child_pid if launch else None)
+        kill_all()
         pumps.cancel()
         _close_transport(proc)
         raise
@@ -397,8 +396,7 @@ async def _supervise(proc: asyncio.subprocess.Process, started: float, timeout: 
     try:
         await asyncio.wait_for(asyncio.shield(pumps), _DRAIN_GRACE)
     except TimeoutError:  # something that outlived the command still holds the pipes
-        kill_now(proc.pid)
-        _kill_escaped(launch.child_pid if launch else None)
+        kill_all()
         pumps.cancel()
         _close_transport(proc)
         try:
