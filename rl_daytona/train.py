@@ -64,6 +64,10 @@ class TrainConfig:
     run_id: str = ""
     # () -> TrainingClient, built inside the Learner; None: the built-in service that samples
     training_client: Callable[[], Any] | None = None
+    # () -> a context manager whose value has `.url` (an OpenAI-compatible endpoint the agents
+    # sample from); None: the built-in model service. When the training client saves weights
+    # for a separate sampler (Tinker), each step's path is posted to `<url>/sampler`.
+    policy_server: Callable[[], Any] | None = None
 
     def __post_init__(self) -> None:
         for name in ("steps", "tasks_per_step", "group", "eval_group", "max_concurrent", "rollout_actors"):
@@ -294,6 +298,12 @@ async def _train(cfg: TrainConfig, url: str, console: Console, metrics_path: Pat
                     if next_task is not None:
                         next_task.cancel()
                     raise TrainingStepFailed(step, _one_line(exc), metrics, evals) from None
+                if report.sampler_path:
+                    problem = await _use_sampler(url, report.sampler_path, report.version)
+                    if problem:
+                        if next_task is not None:
+                            next_task.cancel()
+                        raise TrainingStepFailed(step, problem, metrics, evals)
                 heldout = None
                 if next_task is not None:
                     next_rollout_seconds = await next_task
@@ -354,7 +364,7 @@ def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any
     metrics_path.write_text("")
     runtime.ensure_ray()
     with ExitStack() as stack:
-        server = stack.enter_context(start_builtin_server(seed=cfg.seed))
+        server = stack.enter_context(cfg.policy_server() if cfg.policy_server else start_builtin_server(seed=cfg.seed))
         sink = RolloutSink(cfg.out / "rollouts.jsonl")
         stack.callback(sink.close)
         try:
@@ -397,6 +407,25 @@ def _keep_what_was_done(cfg: TrainConfig, failed: TrainingStepFailed, url: str, 
     else:
         kept = "policy not saved (a custom training client keeps its own state)"
     return TrainingCallError(f"{failed}; {kept}; metrics.jsonl and rollouts.jsonl keep every finished step")
+
+
+async def _use_sampler(url: str, model_path: str, version: int) -> str:
+    """Point the sampling endpoint at the weights a step saved; "" when it took them, else why
+    not (the run stops: later rollouts would sample the old policy)."""
+    import aiohttp
+
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+            async with session.post(f"{url}/sampler", json={"model_path": model_path, "version": version}) as resp:
+                if resp.status == 200:
+                    return ""
+                try:
+                    reason = (await resp.json())["error"]["message"]
+                except Exception:  # noqa: BLE001 - any non-JSON answer
+                    reason = f"HTTP {resp.status}"
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+    return f"the sampler did not take the new weights {model_path}: {reason}"
 
 
 async def _save_policy(url: str, path: str) -> str:

@@ -17,6 +17,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -68,7 +69,15 @@ def run_command(workdir: Path, command: str, limit: int = 4000) -> str:
 
 
 def _run_command(workdir: Path, command: str, limit: int = 4000) -> str:
-    proc = subprocess.run(["sh", "-c", command], cwd=workdir, capture_output=True, text=True, timeout=60, env=ENV)
+    child = subprocess.Popen(["sh", "-c", command], cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=ENV, start_new_session=True)
+    try:
+        stdout, stderr = child.communicate(timeout=20)
+    except subprocess.TimeoutExpired:  # an edit can make a test loop forever; the sandbox kills it too
+        os.killpg(child.pid, signal.SIGKILL)  # the whole group: pytest under sh as well
+        child.communicate()
+        return "command timed out\n[exit code 124]"
+    proc = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
     out = proc.stdout if not proc.stderr else f"{proc.stdout}{'' if proc.stdout.endswith(chr(10)) else chr(10)}{proc.stderr}"
     if not proc.stdout:
         out = proc.stderr
@@ -96,8 +105,11 @@ def _grade(workdir: Path) -> bool:
     with tempfile.TemporaryDirectory(prefix="probe-grade-") as tmp:
         shutil.copy(workdir / "calc.py", Path(tmp) / "calc.py")
         shutil.copy(FILES / "test_calc.py", Path(tmp) / "test_calc.py")
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "--tb=no", "-p", "no:cacheprovider"],
-                              cwd=tmp, env=ENV, capture_output=True, text=True, timeout=60)
+        try:
+            proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "--tb=no", "-p", "no:cacheprovider"],
+                                  cwd=tmp, env=ENV, capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:  # a timeout pays 0, as in the grader
+            return False
         return proc.returncode == 0
 
 

@@ -170,3 +170,44 @@ def test_a_training_service_that_stops_answering_stops_the_run_in_one_line_keepi
     assert all(r["status"] == "ok" for r in records)
     assert (out / "curve.png").exists()
     assert not list((out / "sandboxes").glob("sb-*")), "every sandbox of the run was deleted"
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_train_with_tinker_on_both_sides(tmp_path: Path) -> None:
+    """Tinker trains (the adapter sends SDK Datums; each step saves weights for the sampler) and a
+    Tinker SamplingClient samples (swapped by path after each step): rollouts carry the version
+    whose weights sampled them, and the final sampler serves the trained weights."""
+    from rl_daytona.policy.model import PolicyModel
+    from rl_daytona.policy.tinker_sampler import BuiltinRenderer, SamplerServer, TinkerSamplingService
+    from tests.fakes.tinker_sampling import BuiltinTinkerSamplingClient, SavedSamplerWeights, tinker_training_client
+
+    root = tmp_path / "tinker"
+    root.mkdir()
+    weights = SavedSamplerWeights(str(root))
+    service = TinkerSamplingService(BuiltinTinkerSamplingClient(), BuiltinRenderer(),
+                                    make_sampling_client=weights.create_sampling_client)
+    steps, tasks_per_step, group = 3, 2, 4
+    out = tmp_path / "run"
+    run_train(TrainConfig(out=out, taskset=TASKSET, steps=steps, tasks_per_step=tasks_per_step, group=group,
+                          eval_group=2, max_concurrent=8, seed=0, settings=Settings(max_turns=3),
+                          training_client=functools.partial(tinker_training_client, str(root)),
+                          policy_server=lambda: SamplerServer(service)))
+    step_lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()][1:]
+    trained = sum(m["trained"] for m in step_lines)
+    assert trained >= 1, "no step trained: every group agreed in every step"
+    assert weights.opened == [f"tinker://fake/sampler_weights/step-{v:06d}" for v in range(1, trained + 1)]
+    assert service.version == trained == step_lines[-1]["policy_version"]
+    final = PolicyModel.load(root / f"step-{trained:06d}")
+    assert any((final.params[k] != PolicyModel().params[k]).any() for k in final.params), "weights moved"
+    assert service.sampling_client.model.params["verb_w"].tolist() == final.params["verb_w"].tolist()
+    versions_at_step, done = [], 0
+    for m in step_lines:
+        versions_at_step.append(done)
+        done += m["trained"]
+    records = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
+    by_step: dict[int, set[int]] = defaultdict(set)
+    for r in records:
+        assert r["status"] == "ok", r["error"]
+        if r["group_id"].startswith("train"):
+            by_step[int(r["group_id"][len("train"):].split("/")[0])].add(r["trajectory"]["policy_version"])
+    assert dict(by_step) == {s: {v} for s, v in enumerate(versions_at_step)}

@@ -11,7 +11,9 @@ Learner retries or reports it, and the datums it carried are not lost from the s
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
 
@@ -48,6 +50,8 @@ class ForwardBackwardResult:
 class OptimStepResult:
     version: int
     metrics: dict[str, float] = field(default_factory=dict)
+    # where the new weights can be sampled from, when sampling is a separate service (Tinker)
+    sampler_path: str = ""
 
 
 @runtime_checkable
@@ -67,7 +71,12 @@ class TrainingClient(Protocol):
 
 
 class LocalTrainingClient:
-    """The built-in model service's training routes over HTTP (aiohttp)."""
+    """The built-in model service's training routes over HTTP (aiohttp).
+
+    Every call carries a `request_id` that a retry repeats: a chunk's id is its content within
+    the current step, a step's id its ordinal, so a call whose answer was lost (timeout, reset
+    connection) and is sent again is applied once by the service, never twice.
+    """
 
     def __init__(self, base_url: str, timeout: float = 600.0) -> None:
         self.base_url = base_url.rstrip("/")
@@ -75,6 +84,8 @@ class LocalTrainingClient:
             self.base_url += "/v1"
         self._timeout = timeout
         self._session: Any = None
+        self._client_id = uuid.uuid4().hex[:12]
+        self._steps = 0  # optim_steps this client has seen answered
 
     async def _post(self, route: str, body: bytes) -> dict[str, Any]:
         import aiohttp
@@ -102,7 +113,9 @@ class LocalTrainingClient:
         inner: dict[str, Any] = {"data": [d.to_wire() for d in datums], "loss_fn": loss_fn}
         if loss_fn_config:
             inner["loss_fn_config"] = loss_fn_config
-        body = json.dumps({"forward_backward_input": inner}, separators=(",", ":")).encode()
+        payload = json.dumps(inner, separators=(",", ":"))
+        rid = f"{self._client_id}:{self._steps}:{hashlib.sha1(payload.encode()).hexdigest()[:16]}"
+        body = f'{{"request_id":"{rid}","forward_backward_input":{payload}}}'.encode()
         out = await self._post("forward_backward", body)
         metrics = {k: float(v) for k, v in (out.get("metrics") or {}).items()}
         return ForwardBackwardResult(loss=metrics.get("loss:sum", 0.0), datums=len(datums),
@@ -110,7 +123,9 @@ class LocalTrainingClient:
                                      metrics=metrics)
 
     async def optim_step(self, adam: AdamParams) -> OptimStepResult:
-        out = await self._post("optim_step", json.dumps({"adam_params": adam.to_wire()}).encode())
+        rid = f"{self._client_id}:step:{self._steps}"
+        out = await self._post("optim_step", json.dumps({"request_id": rid, "adam_params": adam.to_wire()}).encode())
+        self._steps += 1
         return OptimStepResult(version=int(out["version"]),
                                metrics={k: float(v) for k, v in (out.get("metrics") or {}).items()})
 
@@ -145,13 +160,18 @@ class TinkerTrainingClient:
     """A `tinker` LoRA TrainingClient behind our protocol.
 
     `training_client` is anything with the SDK's TrainingClient methods (`forward_backward`,
-    `optim_step`, `save_state`, `load_state` returning futures with `.result()`), normally made
-    by `TinkerTrainingClient.connect(base_url, api_key, base_model)`.
+    `optim_step`, `save_state`, `load_state`, `save_weights_for_sampler` returning futures with
+    `.result()`), normally made by `TinkerTrainingClient.connect(base_url, api_key, base_model)`.
+    With `sampler_weights`, each `optim_step` also saves the new weights for sampling and returns
+    their `tinker://` path, which the train loop hands to the sampling endpoint
+    (`policy.tinker_sampler`).
     """
 
-    def __init__(self, training_client: Any) -> None:
+    def __init__(self, training_client: Any, sampler_weights: bool = True) -> None:
         self.training_client = training_client
+        self.sampler_weights = sampler_weights
         self._version = 0
+        self._unsaved: dict[str, float] | None = None  # metrics of a step applied but not yet saved for sampling
 
     @classmethod
     def connect(cls, base_url: str | None, api_key: str | None, base_model: str, rank: int = 32) -> "TinkerTrainingClient":
@@ -187,10 +207,18 @@ class TinkerTrainingClient:
 
         params = types.AdamParams(learning_rate=adam.learning_rate, beta1=adam.beta1, beta2=adam.beta2,
                                   eps=adam.eps, weight_decay=adam.weight_decay)
-        out = await self._call("optim_step", self.training_client.optim_step, params)
-        self._version += 1
-        metrics = {k: float(v) for k, v in (getattr(out, "metrics", None) or {}).items()}
-        return OptimStepResult(version=self._version, metrics=metrics)
+        if self._unsaved is None:
+            out = await self._call("optim_step", self.training_client.optim_step, params)
+            self._version += 1
+            self._unsaved = {k: float(v) for k, v in (getattr(out, "metrics", None) or {}).items()}
+        path = ""
+        if self.sampler_weights:  # the sampler serves new weights only once they are saved for it
+            # a failure here leaves `_unsaved` set: the Learner's retry saves again, it does not step twice
+            saved = await self._call("save_weights_for_sampler", self.training_client.save_weights_for_sampler,
+                                     f"step-{self._version:06d}")
+            path = str(getattr(saved, "path", "") or "")
+        metrics, self._unsaved = self._unsaved, None
+        return OptimStepResult(version=self._version, metrics=metrics, sampler_path=path)
 
     async def save_state(self, name: str) -> str:
         out = await self._call("save_state", self.training_client.save_state, name)

@@ -60,6 +60,7 @@ class StepReport:
     train_pass_rate: float
     mean_turns: float
     rollout_bytes: tuple[tuple[int, int], ...]  # (turns, datum bytes) per trained rollout
+    sampler_path: str = ""  # the new weights for a separate sampling service (Tinker), when there is one
 
 
 @dataclass
@@ -164,7 +165,8 @@ class Learner:
         stepped = await self._retrying("optim_step", client.optim_step, self.config.adam)
         self.version = stepped.version
         return StepReport(trained=True, skipped_reason="", version=self.version, bytes_sent=sent, loss=loss,
-                          train_seconds=time.monotonic() - started, **base)
+                          train_seconds=time.monotonic() - started,
+                          sampler_path=getattr(stepped, "sampler_path", "") or "", **base)
 
     async def _retrying(self, what: str, fn: Any, *args: Any) -> Any:
         for attempt in range(self.config.call_retries + 1):

@@ -82,11 +82,19 @@ def _forward_backward(trainer: Trainer, body: dict) -> dict:
         raise TrainingError("forward_backward needs a non-empty list of datums in 'data'")
     parsed = [parse_datum(d, i) for i, d in enumerate(datums)]
     return trainer.forward_backward(parsed, str(raw.get("loss_fn", "importance_sampling")),
-                                    raw.get("loss_fn_config") or None)
+                                    raw.get("loss_fn_config") or None, _request_id(body))
+
+
+def _request_id(body: dict) -> str | None:
+    """The client's id for a call it may retry (the same id is applied once)."""
+    rid = body.get("request_id")
+    if rid is not None and (not isinstance(rid, str) or not 0 < len(rid) <= 200):
+        raise TrainingError("'request_id' must be a non-empty string of at most 200 characters")
+    return rid
 
 
 def _optim_step(trainer: Trainer, body: dict) -> dict:
-    return trainer.optim_step(parse_adam(body.get("adam_params")))
+    return trainer.optim_step(parse_adam(body.get("adam_params")), _request_id(body))
 
 
 def _path_of(body: dict) -> str:

@@ -137,14 +137,21 @@ class Trainer:
     grads: dict[str, np.ndarray] = field(default_factory=dict)
     pending_datums: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    accumulated: dict[str, dict[str, Any]] = field(default_factory=dict)  # request_id -> answer, this step
+    last_step: tuple[str, dict[str, Any]] | None = None  # (request_id, answer) of the last optim_step
 
     def forward_backward(self, datums: Sequence[TrainDatum], loss_fn: str,
-                         config: Mapping[str, float] | None = None) -> dict[str, Any]:
+                         config: Mapping[str, float] | None = None, request_id: str | None = None) -> dict[str, Any]:
+        """Accumulate the datums' gradient. A `request_id` already accumulated since the last
+        `optim_step` (a client retrying a call whose answer was lost) is answered from memory
+        and adds nothing."""
         if loss_fn not in LOSS_FNS:
             raise TrainingError(f"unknown loss_fn {loss_fn!r} (choose from {', '.join(LOSS_FNS)})")
         config = dict(config or {})
         low, high = float(config.get("clip_low_threshold", 0.8)), float(config.get("clip_high_threshold", 1.2))
         with self.lock:
+            if request_id is not None and request_id in self.accumulated:
+                return {**self.accumulated[request_id], "replayed": True}
             params = self.model.params
             outputs, total_loss, tokens, clipped = [], 0.0, 0, 0
             batch: dict[str, np.ndarray] = {}  # merged only once every datum scored: all or nothing
@@ -162,9 +169,12 @@ class Trainer:
             for name, grad in batch.items():
                 self.grads[name] = self.grads[name] + grad if name in self.grads else grad
             self.pending_datums += len(datums)
-        metrics = {"loss:sum": total_loss, "tokens:sum": float(tokens), "clipped:sum": float(clipped),
-                   "datums:sum": float(len(datums))}
-        return {"loss_fn_output_type": "TensorData", "loss_fn_outputs": outputs, "metrics": metrics}
+            metrics = {"loss:sum": total_loss, "tokens:sum": float(tokens), "clipped:sum": float(clipped),
+                       "datums:sum": float(len(datums))}
+            result = {"loss_fn_output_type": "TensorData", "loss_fn_outputs": outputs, "metrics": metrics}
+            if request_id is not None:
+                self.accumulated[request_id] = result
+        return result
 
     def _one(self, params: dict[str, np.ndarray], datum: TrainDatum, loss_fn: str,
              low: float, high: float, batch: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -193,8 +203,12 @@ class Trainer:
         return {"logprobs": [float(x) for x in np.where(sampled, new_lp, 0.0)], "loss": loss,
                 "tokens": int(sampled.sum()), "clipped": clipped}
 
-    def optim_step(self, adam: Mapping[str, float]) -> dict[str, Any]:
+    def optim_step(self, adam: Mapping[str, float], request_id: str | None = None) -> dict[str, Any]:
+        """Apply the accumulated gradient; repeating the last step's `request_id` returns that
+        step's answer instead of stepping again."""
         with self.lock:
+            if request_id is not None and self.last_step is not None and self.last_step[0] == request_id:
+                return {**self.last_step[1], "replayed": True}
             if not self.grads:
                 raise TrainingError("optim_step without forward_backward: no accumulated gradient")
             norm = float(np.sqrt(sum(float((g * g).sum()) for g in self.grads.values())))
@@ -202,7 +216,11 @@ class Trainer:
                                             beta2=adam["beta2"], eps=adam["eps"],
                                             weight_decay=adam["weight_decay"])
             datums, self.grads, self.pending_datums = self.pending_datums, {}, 0
-        return {"version": version, "metrics": {"grad_norm": norm, "datums": float(datums)}}
+            self.accumulated = {}
+            result = {"version": version, "metrics": {"grad_norm": norm, "datums": float(datums)}}
+            if request_id is not None:
+                self.last_step = (request_id, result)
+        return result
 
     def save(self, path: str) -> dict[str, Any]:
         with self.lock:
@@ -216,5 +234,5 @@ class Trainer:
             raise TrainingError(f"cannot load policy state {path!r}: {exc}") from None
         with self.lock:
             self.model.load_state_from(loaded)
-            self.grads, self.pending_datums = {}, 0
+            self.grads, self.pending_datums, self.accumulated, self.last_step = {}, 0, {}, None
         return {"path": path, "version": self.model.version}

@@ -290,9 +290,15 @@ class FakeSdkTrainingClient:
         self.calls.append(("load_state", {"path": path}))
         return self._reply("load_state", types.LoadWeightsResponse(path=path))
 
+    def save_weights_for_sampler(self, name: str, ttl_seconds: int | None = None,
+                                 user_metadata: dict[str, str] | None = None) -> concurrent.futures.Future:
+        self.calls.append(("save_weights_for_sampler", {"name": name}))
+        return self._reply("save_weights_for_sampler",
+                           types.SaveWeightsForSamplerResponse(path=f"tinker://run-1/sampler_weights/{name}"))
+
 
 def test_the_fake_has_the_real_sdk_signatures() -> None:
-    for name in ("forward_backward", "optim_step", "save_state", "load_state"):
+    for name in ("forward_backward", "optim_step", "save_state", "load_state", "save_weights_for_sampler"):
         real = list(inspect.signature(getattr(tinker.TrainingClient, name)).parameters)
         assert list(inspect.signature(getattr(FakeSdkTrainingClient, name)).parameters) == real, name
 
@@ -342,14 +348,31 @@ def test_the_tinker_adapter_sends_sdk_types(trajectories: list[Trajectory]) -> N
     assert [x.loss_fn_inputs["target_tokens"].tolist() for x in call["data"]] == [list(d.target_tokens) for d in datums]
     assert fb.loss == -2.5 and fb.datums == 3 and fb.bytes_sent == sum(d.nbytes for d in datums)
     assert fb.tokens == sum(1 for d in datums for a in d.advantages if a != 0.0)
-    assert [n for n, _ in rest] == ["optim_step", "optim_step", "save_state", "load_state"]
+    assert [n for n, _ in rest] == ["optim_step", "save_weights_for_sampler", "optim_step", "save_weights_for_sampler",
+                                    "save_state", "load_state"]
     params = rest[0][1]["optim_params"] or rest[0][1]["adam_params"]
     assert isinstance(params, types.AdamParams)
     assert (params.learning_rate, params.beta1, params.beta2, params.eps, params.weight_decay) == (0.2, 0.8, 0.9,
                                                                                                  1e-8, 0.01)
     assert (first.version, second.version) == (1, 2) and first.metrics == {"grad_norm": 0.25}
+    assert (first.sampler_path, second.sampler_path) == ("tinker://run-1/sampler_weights/step-000001",
+                                                         "tinker://run-1/sampler_weights/step-000002")
     assert saved == "tinker://run-1/weights/step2" and loaded == 2
-    assert rest[3][1] == {"path": saved}
+    assert rest[5][1] == {"path": saved}
+
+
+def test_a_failed_sampler_save_is_retried_without_stepping_twice() -> None:
+    """The step landed but its weights were not saved for sampling: the retry only saves."""
+    fake = FakeSdkTrainingClient(fail={"save_weights_for_sampler": tinker.APIConnectionError(request=_request())})
+    client = TinkerTrainingClient(fake)
+    with pytest.raises(TrainingCallError, match="tinker save_weights_for_sampler failed"):
+        asyncio.run(client.optim_step(ADAM))
+    fake.fail.clear()
+    result = asyncio.run(client.optim_step(ADAM))
+    assert [n for n, _ in fake.calls] == ["optim_step", "save_weights_for_sampler", "save_weights_for_sampler"]
+    assert result.version == 1 and result.metrics == {"grad_norm": 0.25}
+    assert result.sampler_path.endswith("step-000001")
+    assert asyncio.run(client.optim_step(ADAM)).version == 2
 
 
 def test_the_tinker_adapter_passes_the_ppo_loss_and_its_config(trajectories: list[Trajectory]) -> None:
@@ -399,3 +422,87 @@ def test_an_sdk_error_with_a_multi_line_message_is_still_one_line(trajectories: 
     with pytest.raises(TrainingCallError, match="InternalServerError") as info:
         asyncio.run(client.forward_backward(datums))
     _one_line(info.value)
+
+
+# -- a retried call is applied once ---------------------------------------------------------
+
+async def _lossy_proxy(upstream: str, lose: dict[str, int]) -> tuple[Any, str]:
+    """A proxy to the service's training routes that forwards each call and then, `lose[route]`
+    times, drops the connection instead of answering: the service did the work, the answer is lost."""
+    import aiohttp
+    from aiohttp import web
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        route = request.match_info["route"]
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{upstream}/train/{route}", data=await request.read(),
+                                    headers={"Content-Type": "application/json"}) as resp:
+                body, status = await resp.read(), resp.status
+        if lose.get(route, 0) > 0:
+            lose[route] -= 1
+            assert request.transport is not None
+            request.transport.abort()
+            return web.Response(status=204)
+        return web.Response(body=body, status=status, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/train/{route}", handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}/v1"
+
+
+def test_a_call_whose_answer_was_lost_is_applied_once_when_retried(served_group: list[Datum]) -> None:
+    fresh = start_builtin_server()
+    try:
+        async def go() -> tuple[Any, ...]:
+            runner, url = await _lossy_proxy(fresh.url, {"forward_backward": 1, "optim_step": 1})
+            client = LocalTrainingClient(url, timeout=30)
+            try:
+                with pytest.raises(TrainingCallError, match="forward_backward: cannot reach"):
+                    await client.forward_backward(served_group)
+                after_lost = _info(fresh)["pending_datums"]
+                retried = await client.forward_backward(served_group)  # what the Learner's retry sends
+                after_retry = _info(fresh)["pending_datums"]
+                with pytest.raises(TrainingCallError, match="optim_step: cannot reach"):
+                    await client.optim_step(ADAM)
+                version_after_lost = _info(fresh)["version"]
+                stepped = await client.optim_step(ADAM)
+                version_after_retry = _info(fresh)["version"]
+                # the next step's calls are new calls, applied as usual
+                await client.forward_backward(served_group)
+                second = await client.optim_step(ADAM)
+                return after_lost, retried, after_retry, version_after_lost, stepped, version_after_retry, second
+            finally:
+                await client.close()
+                await runner.cleanup()
+
+        after_lost, retried, after_retry, version_lost, stepped, version_retry, second = asyncio.run(go())
+    finally:
+        fresh.close()
+    n = len(served_group)
+    assert after_lost == n, "the lost call was applied by the service"
+    assert after_retry == n, "its retry added nothing"
+    assert retried.loss != 0.0 and retried.datums == n
+    assert version_lost == 1 and stepped.version == 1 and version_retry == 1, "one step, not two"
+    assert second.version == 2
+
+
+def test_a_request_id_repeated_at_the_trainer_is_answered_from_memory(served_group: list[Datum]) -> None:
+    trainer = Trainer(PolicyModel())
+    parsed = [parse_datum(d.to_wire(), i) for i, d in enumerate(served_group)]
+    first = trainer.forward_backward(parsed, "importance_sampling", None, "c:0:abc")
+    grads = {k: v.copy() for k, v in trainer.grads.items()}
+    again = trainer.forward_backward(parsed, "importance_sampling", None, "c:0:abc")
+    assert again["replayed"] and again["metrics"] == first["metrics"]
+    assert trainer.pending_datums == len(parsed)
+    assert all((trainer.grads[k] == grads[k]).all() for k in grads)
+    trainer.forward_backward(parsed, "importance_sampling", None, None)  # no id: always applied
+    assert trainer.pending_datums == 2 * len(parsed)
+    step = trainer.optim_step(parse_adam({"learning_rate": 0.05}), "c:step:0")
+    assert trainer.optim_step(parse_adam({"learning_rate": 0.05}), "c:step:0") == {**step, "replayed": True}
+    assert trainer.model.version == 1
+    with pytest.raises(Exception, match="without forward_backward"):
+        trainer.optim_step(parse_adam({"learning_rate": 0.05}), "c:step:1")
