@@ -76,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--off-policy", type=int, default=0,
                     help="overlap step t+1's rollouts with step t's training; drop rollouts older than this many versions")
     tr.add_argument("--seed", type=int, default=0, help="seed for task sampling and the policy's sampler")
+    tr.add_argument("--resume", type=Path, default=None,
+                    help="start from a saved policy (a previous run's RUNDIR or RUNDIR/policy): weights, Adam state, version")
     _add_run_flags(tr)
     return parser
 
@@ -120,7 +122,7 @@ def _train(args: argparse.Namespace) -> int:
                       normalize_std=args.std_normalize, off_policy=args.off_policy, seed=args.seed,
                       max_concurrent=args.max_concurrent, rollout_actors=args.rollout_actors,
                       backend=args.backend, isolation=args.isolation, settings=_settings(args),
-                      limits=_limits(args), pool=PoolConfig(warm_size=args.warm_size))
+                      limits=_limits(args), pool=PoolConfig(warm_size=args.warm_size), resume=args.resume)
     run_train(cfg)
     return 0
 

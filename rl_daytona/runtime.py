@@ -46,9 +46,9 @@ def start_rollout_actors(pool: Any, spec: BackendSpec, taskset: str, settings: S
     return [actor.remote(pool, spec, taskset, settings, f"rollout-{i}", concurrency) for i in range(count)]
 
 
-def start_learner(client: Any, config: Any) -> Any:
+def start_learner(client: Any, config: Any, version: int = 0) -> Any:
     """The run's Learner actor (async: `add` keeps arriving while a step trains)."""
     from rl_daytona.learn.learner import Learner
 
     actor = ray.remote(Learner).options(num_cpus=0, max_concurrency=10_000)
-    return actor.remote(client, config)
+    return actor.remote(client, config, version)

@@ -68,6 +68,8 @@ class TrainConfig:
     # sample from); None: the built-in model service. When the training client saves weights
     # for a separate sampler (Tinker), each step's path is posted to `<url>/sampler`.
     policy_server: Callable[[], Any] | None = None
+    # a saved built-in policy state (a previous run's RUNDIR/policy): weights, Adam moments, version
+    resume: Path | None = None
 
     def __post_init__(self) -> None:
         for name in ("steps", "tasks_per_step", "group", "eval_group", "max_concurrent", "rollout_actors"):
@@ -248,7 +250,9 @@ async def _train(cfg: TrainConfig, url: str, console: Console, metrics_path: Pat
     learner_cfg = LearnerConfig(loss_fn=cfg.loss_fn, adam=AdamParams(learning_rate=cfg.lr),
                                 chunk_bytes=cfg.chunk_bytes, normalize_std=cfg.normalize_std,
                                 max_staleness=cfg.off_policy if cfg.off_policy else None)
-    learner = runtime.start_learner(cfg.training_client or functools.partial(LocalTrainingClient, url), learner_cfg)
+    start_version = _resumed_version(cfg)
+    learner = runtime.start_learner(cfg.training_client or functools.partial(LocalTrainingClient, url), learner_cfg,
+                                    start_version)
     fleet = Fleet(pool, actors, cfg.max_concurrent)
     display = _Display(console, cfg)
     rng = np.random.default_rng(cfg.seed)
@@ -280,7 +284,7 @@ async def _train(cfg: TrainConfig, url: str, console: Console, metrics_path: Pat
     try:
         with display.progress:
             first = await evaluate(-1)
-            write({"step": -1, "heldout_pass_rate": round(first["pass_rate"], 4), "policy_version": 0,
+            write({"step": -1, "heldout_pass_rate": round(first["pass_rate"], 4), "policy_version": start_version,
                    "train_pass_rate": None})
             await pool.set_demand.remote(cfg.tasks_per_step * cfg.group)
             requests = _step_requests(cfg, 0, rng)
@@ -355,6 +359,9 @@ def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any
     from rl_daytona.policy.launch import start_builtin_server
 
     console = console or Console()
+    if cfg.resume is not None:
+        cfg = replace(cfg, resume=resume_path(cfg.resume))
+        console.print(f"resuming from {cfg.resume} (policy version {_resumed_version(cfg)})")
     get_taskset(cfg.taskset).split(cfg.train_split)
     get_taskset(cfg.taskset).split(cfg.eval_split)
     cfg.out.mkdir(parents=True, exist_ok=True)
@@ -364,7 +371,8 @@ def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any
     metrics_path.write_text("")
     runtime.ensure_ray()
     with ExitStack() as stack:
-        server = stack.enter_context(cfg.policy_server() if cfg.policy_server else start_builtin_server(seed=cfg.seed))
+        server = stack.enter_context(cfg.policy_server() if cfg.policy_server
+                                     else start_builtin_server(state=cfg.resume, seed=cfg.seed))
         sink = RolloutSink(cfg.out / "rollouts.jsonl")
         stack.callback(sink.close)
         try:
@@ -407,6 +415,32 @@ def _keep_what_was_done(cfg: TrainConfig, failed: TrainingStepFailed, url: str, 
     else:
         kept = "policy not saved (a custom training client keeps its own state)"
     return TrainingCallError(f"{failed}; {kept}; metrics.jsonl and rollouts.jsonl keep every finished step")
+
+
+def resume_path(path: Path) -> Path:
+    """The saved state `path` names: `RUNDIR/policy` itself, or a run folder holding one;
+    a clear ValueError when there is none or it is not a built-in policy state."""
+    base = Path(path)
+    if base.is_dir():
+        base = base / "policy"
+    base = base.with_suffix("") if base.suffix in (".json", ".npz") else base
+    if not (base.with_name(base.name + ".json").exists() and base.with_name(base.name + ".npz").exists()):
+        raise ValueError(f"--resume {path}: no saved policy there (expected {base}.json and {base}.npz)")
+    _resumed_model(base)
+    return base
+
+
+def _resumed_model(base: Path) -> Any:
+    from rl_daytona.policy.model import PolicyModel
+
+    try:
+        return PolicyModel.load(base)
+    except (OSError, KeyError, ValueError) as exc:
+        raise ValueError(f"--resume {base}: not a usable policy state: {' '.join(str(exc).split())}") from None
+
+
+def _resumed_version(cfg: TrainConfig) -> int:
+    return 0 if cfg.resume is None else int(_resumed_model(cfg.resume).version)
 
 
 async def _use_sampler(url: str, model_path: str, version: int) -> str:

@@ -131,6 +131,7 @@ def test_off_policy_overlaps_next_rollouts_with_training_and_bounds_staleness(tm
     (["--steps", "0"], "must be at least 1"),
     (["--loss", "cross_entropy"], "invalid choice"),
     (["--taskset", "nowhere.module:X"], "nowhere"),
+    (["--resume", "/nonexistent/run"], "no saved policy there"),
 ])
 def test_train_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
     proc = subprocess.run([sys.executable, "-m", "rl_daytona.cli", "train", "--out", str(tmp_path / "o"), *args],
@@ -211,3 +212,26 @@ def test_train_with_tinker_on_both_sides(tmp_path: Path) -> None:
         if r["group_id"].startswith("train"):
             by_step[int(r["group_id"][len("train"):].split("/")[0])].add(r["trajectory"]["policy_version"])
     assert dict(by_step) == {s: {v} for s, v in enumerate(versions_at_step)}
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_resume_continues_from_the_saved_policy(tmp_path: Path) -> None:
+    """A second run started with --resume samples from the first run's final weights and
+    version, and its Adam state continues (the version keeps counting)."""
+    from rl_daytona.policy.model import PolicyModel
+
+    common = dict(taskset=TASKSET, tasks_per_step=2, group=4, eval_group=2, max_concurrent=8,
+                  settings=Settings(max_turns=3))
+    first = tmp_path / "first"
+    run_train(TrainConfig(out=first, steps=2, seed=0, **common))
+    saved = PolicyModel.load(first / "policy")
+    assert saved.version >= 1, "the first run never trained"
+    second = tmp_path / "second"
+    run_train(TrainConfig(out=second, steps=1, seed=1, resume=first, **common))
+    lines = [json.loads(line) for line in (second / "metrics.jsonl").read_text().splitlines()]
+    assert lines[0]["policy_version"] == saved.version
+    records = [json.loads(line) for line in (second / "rollouts.jsonl").read_text().splitlines()]
+    assert {r["trajectory"]["policy_version"] for r in records if r["group_id"].startswith(("train0/", "eval0/"))} \
+        == {saved.version}
+    after = PolicyModel.load(second / "policy")
+    assert after.version == saved.version + int(lines[-1]["trained"]) == lines[-1]["policy_version"]
