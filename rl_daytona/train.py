@@ -327,14 +327,14 @@ async def _train(cfg: TrainConfig, url: str, console: Console, metrics_path: Pat
                         rollout_seconds = next_rollout_seconds
                     else:
                         rollout_seconds = await collect(step + 1, _step_requests(cfg, step + 1, rng))
-        await learner.save.remote(str(cfg.out / "policy"))
+        saved = await learner.save.remote(str(cfg.out / "policy"))
         for actor in actors:
             await actor.close.remote()
         await learner.close.remote()
     finally:
         await pool.shutdown.remote()
         ray.kill(learner, no_restart=True)
-    return {"metrics": metrics, "evals": evals, "wall_seconds": time.monotonic() - started}
+    return {"metrics": metrics, "evals": evals, "wall_seconds": time.monotonic() - started, "policy_saved": saved}
 
 
 class TrainingStepFailed(TrainingCallError):
@@ -385,7 +385,8 @@ def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any
     summary = {"run_id": run_id, "taskset": cfg.taskset, "steps": cfg.steps, "tasks_per_step": cfg.tasks_per_step,
                "group": cfg.group, "lr": cfg.lr, "loss_fn": cfg.loss_fn, "off_policy": cfg.off_policy,
                "heldout_before": before, "heldout_after": after, "wall_seconds": result["wall_seconds"],
-               "cores": os.cpu_count() or 1, "evals": {str(k): v for k, v in result["evals"].items()}}
+               "cores": os.cpu_count() or 1, "policy_saved": result["policy_saved"],
+               "evals": {str(k): v for k, v in result["evals"].items()}}
     (cfg.out / "summary.json").write_text(json.dumps(summary, indent=2))
     console.print(f"held-out pass rate: {before:.1%} before -> {after:.1%} after {cfg.steps} steps "
                   f"({result['wall_seconds']:.0f}s)")

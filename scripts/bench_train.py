@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/bench_train.py [--steps 10] [--tasks-per-step 16] [--group 8]
         [--lr 0.2] [--control-lr 0] [--off-policy 0] [--out runs/bench-train]
+    .venv/bin/python scripts/bench_train.py --replot trained=RUNDIR control=RUNDIR --out DIR
 
 Runs `rl-daytona train` on calc (local backend) twice in one process: the real run and a
 control with learning rate 0 (same seeds, so the same task draws), then prints both held-out
@@ -80,7 +81,17 @@ def main() -> None:
     parser.add_argument("--max-concurrent", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("runs/bench-train"))
+    parser.add_argument("--replot", nargs="+", metavar="LABEL=RUNDIR", default=None,
+                        help="run nothing: draw the curves of finished runs (their metrics.jsonl) into OUT/curves.png")
     args = parser.parse_args()
+    if args.replot:
+        pairs = [item.split("=", 1) for item in args.replot]
+        if any(len(p) != 2 for p in pairs):
+            parser.error("--replot takes LABEL=RUNDIR pairs")
+        args.out.mkdir(parents=True, exist_ok=True)
+        _plot({label: _metrics(Path(run) / "metrics.jsonl") for label, run in pairs}, args.out / "curves.png")
+        print(args.out / "curves.png")
+        return
     console = Console(stderr=True)
     runs: dict[str, list[dict[str, Any]]] = {}
     figures: dict[str, Any] = {"config": vars(args) | {"out": str(args.out)}}

@@ -64,6 +64,7 @@ def test_train_end_to_end_trains_the_served_policy(tmp_path: Path) -> None:
     assert all(m["heldout_pass_rate"] is None for m in step_lines[:-1])
 
     # the saved policy is the served one after the last step
+    assert summary["policy_saved"] == str(out / "policy")
     meta = json.loads((out / "policy.json").read_text())
     assert meta["version"] == trained_before and (out / "policy.npz").exists()
 
@@ -189,10 +190,13 @@ def test_train_with_tinker_on_both_sides(tmp_path: Path) -> None:
                                     make_sampling_client=weights.create_sampling_client)
     steps, tasks_per_step, group = 3, 2, 4
     out = tmp_path / "run"
-    run_train(TrainConfig(out=out, taskset=TASKSET, steps=steps, tasks_per_step=tasks_per_step, group=group,
-                          eval_group=2, max_concurrent=8, seed=0, settings=Settings(max_turns=3),
-                          training_client=functools.partial(tinker_training_client, str(root)),
-                          policy_server=lambda: SamplerServer(service)))
+    summary = run_train(TrainConfig(out=out, taskset=TASKSET, steps=steps, tasks_per_step=tasks_per_step,
+                                    group=group, eval_group=2, max_concurrent=8, seed=0, settings=Settings(max_turns=3),
+                                    training_client=functools.partial(tinker_training_client, str(root)),
+                                    policy_server=lambda: SamplerServer(service)))
+    # the final state is a Tinker checkpoint, named without the run folder's slashes
+    assert summary["policy_saved"].startswith("tinker://fake/weights/") and "/" not in \
+        summary["policy_saved"].removeprefix("tinker://fake/weights/")
     step_lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()][1:]
     trained = sum(m["trained"] for m in step_lines)
     assert trained >= 1, "no step trained: every group agreed in every step"

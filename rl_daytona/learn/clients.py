@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
@@ -221,6 +222,8 @@ class TinkerTrainingClient:
         return OptimStepResult(version=self._version, metrics=metrics, sampler_path=path)
 
     async def save_state(self, name: str) -> str:
+        """Save under `name` made a Tinker checkpoint name (`runs/x/policy` -> `runs_x_policy`)."""
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "policy"
         out = await self._call("save_state", self.training_client.save_state, name)
         return str(getattr(out, "path", name))
 
