@@ -360,6 +360,9 @@ def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any
 
     console = console or Console()
     if cfg.resume is not None:
+        if cfg.policy_server is not None or cfg.training_client is not None:
+            raise ValueError("--resume restarts the built-in model service; a custom trainer or sampler "
+                             "resumes from its own checkpoint")
         cfg = replace(cfg, resume=resume_path(cfg.resume))
         console.print(f"resuming from {cfg.resume} (policy version {_resumed_version(cfg)})")
     get_taskset(cfg.taskset).split(cfg.train_split)

@@ -165,3 +165,25 @@ def test_an_eval_runs_through_a_tinker_sampling_client(tmp_path: Path, served: S
         traj = record["trajectory"]
         sampled = [lp for lp, m in zip(traj["logprobs"], traj["loss_mask"]) if m]
         assert sampled and all(np.isfinite(sampled)) and all(lp <= 0 for lp in sampled)
+
+
+def test_the_train_loop_hears_a_refused_swap_as_one_line(served: SamplerServer) -> None:
+    """`train._use_sampler` is how a step hands its weights to the sampler; a refusal (unknown
+    path, dead endpoint) comes back as one line and the run stops on it."""
+    import asyncio
+
+    from rl_daytona.train import _use_sampler
+
+    refused = asyncio.run(_use_sampler(served.url, "tinker://nowhere/step-1", 1))
+    assert refused.startswith("the sampler did not take the new weights tinker://nowhere/step-1: tinker "
+                              "create_sampling_client") and "\n" not in refused
+    dead = asyncio.run(_use_sampler("http://127.0.0.1:9/v1", "tinker://x", 1))
+    assert "did not take" in dead and "Client" in dead and "\n" not in dead
+    assert served.service.version == 0
+
+
+def test_resume_is_refused_with_a_custom_sampler(tmp_path: Path) -> None:
+    from rl_daytona.train import TrainConfig, run_train
+
+    with pytest.raises(ValueError, match="--resume restarts the built-in model service"):
+        run_train(TrainConfig(out=tmp_path / "r", resume=tmp_path, policy_server=lambda: None))
