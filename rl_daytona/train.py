@@ -235,7 +235,7 @@ def plot_curve(metrics: list[dict[str, Any]], path: Path, title: str = "") -> No
 
 
 async def _train(cfg: TrainConfig, url: str, console: Console, metrics_path: Path,
-                 sink: RolloutSink) -> dict[str, Any]:
+                 sink: RolloutSink, start_version: int = 0) -> dict[str, Any]:
     import ray
 
     from rl_daytona import runtime
@@ -250,7 +250,6 @@ async def _train(cfg: TrainConfig, url: str, console: Console, metrics_path: Pat
     learner_cfg = LearnerConfig(loss_fn=cfg.loss_fn, adam=AdamParams(learning_rate=cfg.lr),
                                 chunk_bytes=cfg.chunk_bytes, normalize_std=cfg.normalize_std,
                                 max_staleness=cfg.off_policy if cfg.off_policy else None)
-    start_version = _resumed_version(cfg)
     learner = runtime.start_learner(cfg.training_client or functools.partial(LocalTrainingClient, url), learner_cfg,
                                     start_version)
     fleet = Fleet(pool, actors, cfg.max_concurrent)
@@ -363,8 +362,11 @@ def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any
         if cfg.policy_server is not None or cfg.training_client is not None:
             raise ValueError("--resume restarts the built-in model service; a custom trainer or sampler "
                              "resumes from its own checkpoint")
-        cfg = replace(cfg, resume=resume_path(cfg.resume))
-        console.print(f"resuming from {cfg.resume} (policy version {_resumed_version(cfg)})")
+        base, start_version = resume_path(cfg.resume)
+        cfg = replace(cfg, resume=base)
+        console.print(f"resuming from {base} (policy version {start_version})")
+    else:
+        start_version = 0
     get_taskset(cfg.taskset).split(cfg.train_split)
     get_taskset(cfg.taskset).split(cfg.eval_split)
     cfg.out.mkdir(parents=True, exist_ok=True)
@@ -379,7 +381,7 @@ def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any
         sink = RolloutSink(cfg.out / "rollouts.jsonl")
         stack.callback(sink.close)
         try:
-            result = asyncio.run(_train(cfg, server.url, console, metrics_path, sink))
+            result = asyncio.run(_train(cfg, server.url, console, metrics_path, sink, start_version))
         except TrainingStepFailed as failed:
             raise _keep_what_was_done(cfg, failed, server.url, run_id) from None
     before = result["evals"].get(-1, {}).get("pass_rate")
@@ -421,30 +423,21 @@ def _keep_what_was_done(cfg: TrainConfig, failed: TrainingStepFailed, url: str, 
     return TrainingCallError(f"{failed}; {kept}; metrics.jsonl and rollouts.jsonl keep every finished step")
 
 
-def resume_path(path: Path) -> Path:
-    """The saved state `path` names: `RUNDIR/policy` itself, or a run folder holding one;
-    a clear ValueError when there is none or it is not a built-in policy state."""
+def resume_path(path: Path) -> tuple[Path, int]:
+    """The saved state `path` names (`RUNDIR/policy` itself, or a run folder holding one) and
+    its policy version; a clear ValueError when there is none or it is not a built-in state."""
     base = Path(path)
     if base.is_dir():
         base = base / "policy"
     base = base.with_suffix("") if base.suffix in (".json", ".npz") else base
     if not (base.with_name(base.name + ".json").exists() and base.with_name(base.name + ".npz").exists()):
         raise ValueError(f"--resume {path}: no saved policy there (expected {base}.json and {base}.npz)")
-    _resumed_model(base)
-    return base
-
-
-def _resumed_model(base: Path) -> Any:
     from rl_daytona.policy.model import PolicyModel
 
     try:
-        return PolicyModel.load(base)
+        return base, int(PolicyModel.load(base).version)
     except (OSError, KeyError, ValueError) as exc:
-        raise ValueError(f"--resume {base}: not a usable policy state: {' '.join(str(exc).split())}") from None
-
-
-def _resumed_version(cfg: TrainConfig) -> int:
-    return 0 if cfg.resume is None else int(_resumed_model(cfg.resume).version)
+        raise ValueError(f"--resume {path}: not a usable policy state: {' '.join(str(exc).split())}") from None
 
 
 async def _use_sampler(url: str, model_path: str, version: int) -> str:

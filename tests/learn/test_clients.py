@@ -37,6 +37,7 @@ from rl_daytona.policy.launch import BuiltinServer, start_builtin_server
 from rl_daytona.policy.model import PolicyModel
 from rl_daytona.policy.training import Trainer, parse_adam, parse_datum
 from rl_daytona.types import Trajectory
+from tests.fakes.tinker_sampling import _done
 from tests.learn.builders import rollout_of
 from tests.policy.transcripts import CalcShell, Chat
 
@@ -243,15 +244,6 @@ def test_save_and_load_over_http(server: BuiltinServer, chat_client: openai.Open
 
 
 # -- Tinker --------------------------------------------------------------------------------
-
-def _done(value: Any = None, error: BaseException | None = None) -> concurrent.futures.Future:
-    future: concurrent.futures.Future = concurrent.futures.Future()
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(value)
-    return future
-
 
 class FakeSdkTrainingClient:
     """The SDK TrainingClient's four calls (same signatures), recorded; futures give real types."""
