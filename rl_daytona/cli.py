@@ -79,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--resume", type=Path, default=None,
                     help="start from a saved policy (a previous run's RUNDIR or RUNDIR/policy): weights, Adam state, version")
     _add_run_flags(tr)
+    rp = sub.add_parser("report", help="write RUNDIR/report.html: curves, variants, group spread, timings",
+                        description="Write RUNDIR/report.html (one self-contained page, figures inline) and "
+                                    "the figures as RUNDIR/report-*.png, from whatever the run folder holds.")
+    rp.add_argument("rundir", type=Path, help="a run folder written by eval or train")
     return parser
 
 
@@ -127,6 +131,13 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from rl_daytona.report import write_report
+
+    print(write_report(args.rundir))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     from rl_daytona.backends import IsolationUnavailableError
     from rl_daytona.learn.clients import TrainingCallError
@@ -134,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     args = build_parser().parse_args(argv)
     try:
-        code = {"eval": _eval, "train": _train}[args.command](args)
+        code = {"eval": _eval, "train": _train, "report": _report}[args.command](args)
     except TrainingCallError as exc:  # the training service failed after retries: not the user's input
         print(f"rl-daytona {args.command}: error: {exc}", file=sys.stderr)
         code = 4

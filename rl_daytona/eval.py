@@ -157,4 +157,7 @@ def run_eval(cfg: EvalConfig, console: Console | None = None) -> dict[str, Any]:
                         group=cfg.group, policy=cfg.policy, backend=cfg.backend, **extra)
     (cfg.out / "summary.json").write_text(json.dumps(summary, indent=2))
     console.print(render_table(summary, f"{cfg.taskset} / {cfg.split} (group {cfg.group})"))
+    from rl_daytona.report import report_after_run
+
+    report_after_run(cfg.out, console)
     return summary

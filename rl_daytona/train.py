@@ -331,9 +331,10 @@ async def _train(cfg: TrainConfig, url: str, console: Console, metrics_path: Pat
             await actor.close.remote()
         await learner.close.remote()
     finally:
-        await pool.shutdown.remote()
+        pool_stats = await pool.shutdown.remote()
         ray.kill(learner, no_restart=True)
-    return {"metrics": metrics, "evals": evals, "wall_seconds": time.monotonic() - started, "policy_saved": saved}
+    return {"metrics": metrics, "evals": evals, "wall_seconds": time.monotonic() - started, "policy_saved": saved,
+            "pool": asdict(pool_stats)}
 
 
 class TrainingStepFailed(TrainingCallError):
@@ -391,10 +392,14 @@ def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any
                "group": cfg.group, "lr": cfg.lr, "loss_fn": cfg.loss_fn, "off_policy": cfg.off_policy,
                "heldout_before": before, "heldout_after": after, "wall_seconds": result["wall_seconds"],
                "cores": os.cpu_count() or 1, "policy_saved": result["policy_saved"],
+               "pool": result["pool"],
                "evals": {str(k): v for k, v in result["evals"].items()}}
     (cfg.out / "summary.json").write_text(json.dumps(summary, indent=2))
     console.print(f"held-out pass rate: {before:.1%} before -> {after:.1%} after {cfg.steps} steps "
                   f"({result['wall_seconds']:.0f}s)")
+    from rl_daytona.report import report_after_run
+
+    report_after_run(cfg.out, console)
     return summary
 
 
@@ -414,6 +419,9 @@ def _keep_what_was_done(cfg: TrainConfig, failed: TrainingStepFailed, url: str, 
                "heldout_before": evals.get(-1, {}).get("pass_rate"),
                "evals": {str(k): v for k, v in evals.items()}}
     (cfg.out / "summary.json").write_text(json.dumps(summary, indent=2))
+    from rl_daytona.report import report_after_run
+
+    report_after_run(cfg.out)
     if saved:
         kept = f"policy after step {failed.step} saved to {saved}"
     elif cfg.training_client is None:
