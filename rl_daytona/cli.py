@@ -83,6 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Write RUNDIR/report.html (one self-contained page, figures inline) and "
                                     "the figures as RUNDIR/report-*.png, from whatever the run folder holds.")
     rp.add_argument("rundir", type=Path, help="a run folder written by eval or train")
+    from rl_daytona.daytona_sim.cli import add_parser as add_daytona_sim_parser
+    add_daytona_sim_parser(sub)
     return parser
 
 
@@ -131,6 +133,12 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _daytona_sim(args: argparse.Namespace) -> int:
+    from rl_daytona.daytona_sim.cli import run
+
+    return run(args)
+
+
 def _report(args: argparse.Namespace) -> int:
     from rl_daytona.report import write_report
 
@@ -145,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     args = build_parser().parse_args(argv)
     try:
-        code = {"eval": _eval, "train": _train, "report": _report}[args.command](args)
+        code = {"eval": _eval, "train": _train, "report": _report, "daytona-sim": _daytona_sim}[args.command](args)
     except TrainingCallError as exc:  # the training service failed after retries: not the user's input
         print(f"rl-daytona {args.command}: error: {exc}", file=sys.stderr)
         code = 4

@@ -12,9 +12,19 @@ Forks need a 'linux-vm' sandbox: create from `VM_SNAPSHOT` or a snapshot built w
 `sandbox_class=SandboxClass.LINUX_VM`.
 """
 
-from rl_daytona.daytona_sim.catalog import DEFAULT_SNAPSHOT, VM_SNAPSHOT
-from rl_daytona.daytona_sim.server import DaytonaSim, RunningSim, SimConfig, run_sim_in_thread
-from rl_daytona.daytona_sim.state import SimStats
+from __future__ import annotations
 
-__all__ = ["DaytonaSim", "RunningSim", "SimConfig", "SimStats", "run_sim_in_thread",
-           "DEFAULT_SNAPSHOT", "VM_SNAPSHOT"]
+import importlib
+from typing import Any
+
+_EXPORTS = {"DaytonaSim": "server", "RunningSim": "server", "SimConfig": "server",
+            "run_sim_in_thread": "server", "SimStats": "state",
+            "DEFAULT_SNAPSHOT": "catalog", "VM_SNAPSHOT": "catalog"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """Lazy exports, so `rl-daytona --help` does not import the server's dependencies."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

@@ -208,7 +208,7 @@ class CatalogRoutes:
         return response
 
     async def create_pool(self, request: web.Request) -> web.Response:
-        return web.json_response(self.catalog.create_pool(await body_of(request)).dto())
+        return web.json_response(self.catalog.create_pool(await body_of(request)).dto(), status=201)
 
     async def list_pools(self, request: web.Request) -> web.Response:
         return web.json_response([p.dto() for p in self.catalog.pools.values()])
