@@ -88,5 +88,8 @@ async def _serve(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM; 0 after a clean shutdown."""
-    asyncio.run(_serve(args))
+    try:
+        asyncio.run(_serve(args))
+    except OSError as exc:  # e.g. the port is taken: one line, exit 2
+        raise ValueError(f"cannot listen on {args.host}:{args.port}/{args.ssh_port}: {exc.strerror or exc}") from None
     return 0
