@@ -12,7 +12,7 @@ from html import escape
 from rl_daytona.report.load import RunData
 
 _STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
+body { font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1em; max-width: 1100px; color: #222; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
 table { border-collapse: collapse; } td { padding: 3px 12px 3px 0; vertical-align: top; }
 td:first-child { color: #555; } img { max-width: 100%; }
