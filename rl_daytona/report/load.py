@@ -138,7 +138,8 @@ def _rows(raw: list[dict[str, Any]], missing: list[str]) -> list[RolloutRow]:
 
 
 def _kind(rundir: Path, summary: dict[str, Any] | None, rows: list[RolloutRow]) -> str:
-    if (rundir / "metrics.jsonl").exists() or (summary and "steps" in summary):
+    if (rundir / "metrics.jsonl").exists() or (summary and "steps" in summary) \
+            or any(r.phase[0] == "train" for r in rows):
         return "train"
     if (summary and "split" in summary) or any(r.phase == ("eval", -1) for r in rows):
         return "eval"

@@ -239,7 +239,8 @@ FigureFn = Callable[[RunData], Figure]
 def figures_for(data: RunData) -> list[tuple[str, str, FigureFn]]:
     """(file stem, section title, function) in page order for this kind of run."""
     variants: FigureFn = variant_heatmap if data.kind == "train" else variant_bars
-    return [("curve", "Training curve", training_curve), ("variants", "Pass rate per task variant", variants),
-            ("spread", "Reward spread per group", reward_spread), ("timings", "Time to usable and phase timings",
-                                                                   timing_cdfs),
+    return [("curve", "Training curve", training_curve),
+            ("variants", "Pass rate per task variant", variants),
+            ("spread", "Reward spread per group", reward_spread),
+            ("timings", "Time to usable and phase timings", timing_cdfs),
             ("timeline", "Timeline of rollouts by phase", timeline)]

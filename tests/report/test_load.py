@@ -51,3 +51,12 @@ def test_a_folder_without_run_files_is_not_a_run_folder(tmp_path: Path) -> None:
         load_run(tmp_path)
     with pytest.raises(NotARunFolder, match="not a directory"):
         load_run(tmp_path / "nope")
+
+
+def test_a_train_run_with_only_rollouts_is_still_a_train_run(tmp_path: Path) -> None:
+    run = make_train_run(tmp_path / "tr")
+    (run / "metrics.jsonl").unlink()
+    (run / "summary.json").unlink()
+    data = load_run(run)
+    assert data.kind == "train" and len(data.rollouts) == 16
+    assert "metrics.jsonl is missing" in data.missing
