@@ -171,3 +171,31 @@ def test_stop_deletes_every_sandbox(tmp_path: Path) -> None:
             assert len(await sim.engine.backend.list_sandboxes()) == 3
         assert await sim.engine.backend.list_sandboxes() == []
     run(go())
+
+
+def test_files_upload_and_download_through_the_toolbox(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with sim_and_client(tmp_path / "sim") as (_sim, client):
+            box = await client.create(_params(), timeout=60)
+            await box.fs.upload_file(b"print('hi')\n", "/workspace/src/app.py")
+            assert (await box.process.exec("python3 src/app.py")).result == "hi\n"
+            await box.process.exec("printf 'x\\0y' > out.bin")
+            assert await box.fs.download_file("/workspace/out.bin") == b"x\0y"
+            with pytest.raises(DaytonaNotFoundError):
+                await box.fs.download_file("/workspace/missing.txt")
+    run(go())
+
+
+def test_run_sim_in_thread_serves_synchronous_callers(tmp_path: Path) -> None:
+    from rl_daytona.daytona_sim import SimConfig, run_sim_in_thread
+
+    async def use(api_url: str) -> str:
+        async with AsyncDaytona(DaytonaConfig(api_key="sim-key", api_url=api_url)) as client:
+            box = await client.create(_params(labels={"run": "t"}), timeout=60)
+            return box.id
+
+    with run_sim_in_thread(SimConfig(root=str(tmp_path), time_scale=0.02)) as sim:
+        assert sim.api_url.startswith("http://127.0.0.1:") and sim.api_url.endswith("/api") and sim.ssh_port > 0
+        box_id = asyncio.run(use(sim.api_url))
+        assert sim.stats().ids_with_label("run", "t") == [box_id]
+    assert [p for p in (tmp_path / "sandboxes").iterdir() if not p.name.startswith("_")] == []
