@@ -221,6 +221,8 @@ class Catalog:
                 record = await self._engine.make_member(pool.snapshot, pool.sandbox_class, pool.id)
             finally:
                 pool.filling -= 1
+            if record is None:
+                continue
             if pool.id in self.pools and len(pool.members) < pool.pool:
                 pool.members.append(record.id)
             else:

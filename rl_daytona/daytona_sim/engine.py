@@ -123,14 +123,14 @@ class Engine:
         self.counters.created += 1
         record.set_state("started")
 
-    async def make_member(self, snapshot: str, sandbox_class: str, pool_id: str) -> SandboxRecord:
-        """A cold-started warm-pool member (not counted as a requested create)."""
+    async def make_member(self, snapshot: str, sandbox_class: str, pool_id: str) -> SandboxRecord | None:
+        """A cold-started warm-pool member (not a requested create); None if deleted meanwhile."""
         record = self.new_record(snapshot, sandbox_class, {}, {}, {})
         record.warm_pool_id = pool_id
         seconds = latency.sample_cold(self._in_flight + 1, self.rng)
         await asyncio.sleep(seconds * self.config.time_scale)
         if record.id not in self.records:
-            raise asyncio.CancelledError
+            return None
         record.handle = await self.backend.create(RUN_ID, {"daytona_id": record.id})
         record.set_state("started")
         return record
@@ -182,10 +182,12 @@ class Engine:
         record.set_state("destroyed")
 
     async def close(self) -> None:
-        """Delete every sandbox (warm-pool members too)."""
+        """Delete every sandbox (warm-pool members too, and any local one a cancelled task left)."""
         await self.catalog.close()
         for record in list(self.records.values()):
             await self.destroy(record)
+        for handle in await self.backend.list_sandboxes(RUN_ID):
+            await self.backend.delete(handle)
 
     # ----- fork --------------------------------------------------------------------------
     def fork(self, id_or_name: str, name: str | None) -> SandboxRecord:

@@ -60,9 +60,9 @@ def _labels_param(request: web.Request) -> dict[str, str]:
 class SandboxRoutes:
     """`/api/sandbox...` handlers over one `Engine`."""
 
-    def __init__(self, engine: Engine, toolbox_url: Callable[[], str], ssh_target: Callable[[], tuple[str, int]],
-                 public_url: Callable[[], str]) -> None:
-        self.engine, self.toolbox_url, self.ssh_target, self.public_url = engine, toolbox_url, ssh_target, public_url
+    def __init__(self, engine: Engine, toolbox_url: Callable[[], str],
+                 ssh_target: Callable[[], tuple[str, int]]) -> None:
+        self.engine, self.toolbox_url, self.ssh_target = engine, toolbox_url, ssh_target
 
     def add_to(self, app: web.Application) -> None:
         r = app.router

@@ -102,7 +102,7 @@ class DaytonaSim:
     def _app(self) -> web.Application:
         app = web.Application(middlewares=[self._errors, self._auth], client_max_size=64 << 20)
         SandboxRoutes(self.engine, lambda: f"{self.base_url}/toolbox",
-                      lambda: (self.ssh_host, self.ssh_port), lambda: self.base_url).add_to(app)
+                      lambda: (self.ssh_host, self.ssh_port)).add_to(app)
         CatalogRoutes(self.engine, lambda: self.base_url).add_to(app)
         ToolboxRoutes(self.engine).add_to(app)
         app.router.add_get("/health", self._health)

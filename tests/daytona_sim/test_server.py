@@ -8,10 +8,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 from daytona import (
-    AsyncDaytona, CreateSandboxFromSnapshotParams, DaytonaAuthenticationError, DaytonaConfig,
-    DaytonaError, DaytonaNotFoundError, DaytonaRateLimitError, DaytonaTimeoutError, ListSandboxesQuery,
+    AsyncDaytona, CreateSandboxFromSnapshotParams, DaytonaAuthenticationError, DaytonaBadRequestError,
+    DaytonaConfig, DaytonaConflictError, DaytonaError, DaytonaNotFoundError, DaytonaRateLimitError,
+    DaytonaTimeoutError, ListSandboxesQuery,
 )
-from daytona import DaytonaBadRequestError, DaytonaConflictError
 
 from rl_daytona.daytona_sim import VM_SNAPSHOT
 from tests.daytona_sim.conftest import run, sim_and_client
@@ -45,7 +45,7 @@ def test_list_filters_by_labels_across_pages(tmp_path: Path) -> None:
             want = sorted(b.id for b in boxes[:3])
             got = sorted([s.id async for s in client.list(ListSandboxesQuery(labels={"run": "a"}, limit=2))])
             assert got == want
-            assert [s.id async for s in client.list(ListSandboxesQuery(labels={"run": "b"})) ] == [boxes[3].id]
+            assert [s.id async for s in client.list(ListSandboxesQuery(labels={"run": "b"}))] == [boxes[3].id]
             assert [s async for s in client.list(ListSandboxesQuery(labels={"run": "zzz"}))] == []
     run(go())
 
