@@ -165,6 +165,7 @@ class CatalogRoutes:
         r.add_get("/api/warm-pools", self.list_pools)
         r.add_patch("/api/warm-pools/{pid}", self.update_pool)
         r.add_delete("/api/warm-pools/{pid}", self.delete_pool)
+        r.add_get("/api/object-storage/push-access", self.push_access)
 
     async def create_snapshot(self, request: web.Request) -> web.Response:
         return web.json_response(self.catalog.create_snapshot(await body_of(request)).dto())
@@ -220,3 +221,8 @@ class CatalogRoutes:
     async def delete_pool(self, request: web.Request) -> web.Response:
         await self.catalog.delete_pool(request.match_info["pid"])
         return web.Response(status=204)
+
+    async def push_access(self, request: web.Request) -> web.Response:
+        """Build contexts would go to S3 over HTTPS (the SDK's obstore client refuses plain HTTP)."""
+        raise SimError(501, "daytona-sim does not simulate object storage, so a Dockerfile that COPYs or "
+                            "ADDs local files cannot be built here; build one without a local context")

@@ -7,7 +7,8 @@ one on its own event loop in a background thread for synchronous callers (Ray dr
 
 State changes are pushed over socket.io (`events.py`), as Daytona does; the SDK also polls.
 Not served: creates from an image (build a snapshot
-first), object storage for build contexts (COPY/ADD of local files), file transfer endpoints.
+first), object storage for build contexts (COPY/ADD of local files: push-access answers 501).
+Faults can be changed while serving (`set_faults`), e.g. to fail creates only for a while.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import asyncio
 import hmac
 import json
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -26,6 +27,7 @@ from rl_daytona.backends.local import LocalBackend
 from rl_daytona.daytona_sim.catalog import Catalog
 from rl_daytona.daytona_sim.engine import Engine
 from rl_daytona.daytona_sim.events import PATH as EVENTS_PATH, EventGateway
+from rl_daytona.daytona_sim.faults import RateLimiter
 from rl_daytona.daytona_sim.rest import CatalogRoutes, SandboxRoutes
 from rl_daytona.daytona_sim.ssh import SshGateway
 from rl_daytona.daytona_sim.state import SimError, SimStats
@@ -66,7 +68,7 @@ class SimConfig:
 
 
 _REASONS = {400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 409: "Conflict",
-            429: "Too Many Requests"}
+            429: "Too Many Requests", 501: "Not Implemented"}
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
@@ -154,6 +156,18 @@ class DaytonaSim:
     def stats(self) -> SimStats:
         return self.engine.stats()
 
+    def set_faults(self, **changes: Any) -> SimConfig:
+        """Change fault fields of the config while serving (create_fail_rate, create_hang_rate,
+        probe_fail_rate, rate_limit_per_min); they apply to requests from now on."""
+        allowed = {"create_fail_rate", "create_hang_rate", "probe_fail_rate", "rate_limit_per_min"}
+        unknown = set(changes) - allowed
+        if unknown:
+            raise ValueError(f"set_faults: unknown fields {sorted(unknown)} (choose from {sorted(allowed)})")
+        self.config = self.engine.config = replace(self.config, **changes)
+        if "rate_limit_per_min" in changes:
+            self.engine.limiter = RateLimiter(self.config.rate_limit_per_min)
+        return self.config
+
 
 class RunningSim:
     """A `DaytonaSim` on its own event loop in a daemon thread; a context manager."""
@@ -184,6 +198,12 @@ class RunningSim:
         async def read() -> SimStats:
             return self.sim.stats()
         return self._call(read())
+
+    def set_faults(self, **changes: Any) -> SimConfig:
+        """`DaytonaSim.set_faults`, run on the server's loop."""
+        async def apply() -> SimConfig:
+            return self.sim.set_faults(**changes)
+        return self._call(apply())
 
     def stop(self) -> None:
         """Delete every sandbox, stop the server and its thread (idempotent)."""

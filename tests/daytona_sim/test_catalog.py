@@ -60,6 +60,17 @@ def test_bad_dockerfile_fails_the_build_with_its_reason(tmp_path: Path, text: st
     run(go())
 
 
+def test_a_local_build_context_is_refused_in_one_line(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with sim_and_client(tmp_path / "sim") as (sim, client):
+            (tmp_path / "app.py").write_text("print(1)\n")
+            image = Image.from_dockerfile(_dockerfile(tmp_path, "FROM python:3.11-slim\nCOPY app.py /app/\n"))
+            with pytest.raises(DaytonaError, match="does not simulate object storage"):
+                await client.snapshot.create(CreateSnapshotParams(name="ctx", image=image))
+            assert [s.name for s in (await client.snapshot.list()).items if s.name == "ctx"] == []
+    run(go())
+
+
 async def _until(predicate, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
     deadline = asyncio.get_running_loop().time() + timeout
     while not await predicate():

@@ -142,6 +142,24 @@ def test_injected_create_failure_is_an_error_state_the_sdk_surfaces(tmp_path: Pa
     run(go())
 
 
+def test_faults_can_be_switched_while_serving(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with sim_and_client(tmp_path) as (sim, client):
+            sim.set_faults(create_fail_rate=1.0)
+            with pytest.raises(DaytonaError, match="entered error state"):
+                await client.create(_params(), timeout=60)
+            sim.set_faults(create_fail_rate=0.0, rate_limit_per_min=1)
+            await client.create(_params(), timeout=60)
+            with pytest.raises(DaytonaRateLimitError):
+                await client.create(_params(), timeout=60)
+            with pytest.raises(ValueError, match="unknown fields"):
+                sim.set_faults(time_scale=5)
+            with pytest.raises(ValueError, match="between 0 and 1"):
+                sim.set_faults(probe_fail_rate=3)
+            assert (sim.stats().failed, sim.stats().created, sim.stats().rate_limited) == (1, 1, 1)
+    run(go())
+
+
 def test_hung_create_times_out_with_its_id_and_can_be_deleted(tmp_path: Path) -> None:
     async def go() -> None:
         async with sim_and_client(tmp_path, create_hang_rate=1.0) as (sim, client):
