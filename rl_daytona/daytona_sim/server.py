@@ -135,7 +135,7 @@ class DaytonaSim:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0, ssh_port: int = 0) -> None:
         """Listen on host:port (0: any free port) for HTTP and host:ssh_port for SSH."""
-        self._runner = web.AppRunner(self._app(), access_log=None)
+        self._runner = web.AppRunner(self._app(), access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
         await site.start()
