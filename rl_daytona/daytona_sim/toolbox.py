@@ -3,7 +3,8 @@
 Invariant: the SDK reaches a sandbox's toolbox at `<toolboxProxyUrl>/<sandbox id>/<path>`;
 `process/execute` runs the command with `sh -c` in that sandbox's real LocalBackend sandbox
 (cwd /workspace unless given) and answers `{"exitCode", "result"}` with stdout then stderr
-in `result`, as Daytona's daemon does. A missing timeout is Daytona's documented 10 s.
+in `result`, as Daytona's daemon does. A missing timeout is the API's documented 10 s; 0 is
+no limit (an hour).
 `files/bulk-upload` (multipart: `files[i].path` + `files[i].file`) and `files/bulk-download`
 (JSON `{"paths"}` in, multipart out: a `file` part per path, or an `error` part with a JSON
 `{"message", "statusCode", "code"}`) move bytes in and out of the sandbox's /workspace through
@@ -22,6 +23,7 @@ from rl_daytona.daytona_sim.rest import body_of
 from rl_daytona.daytona_sim.state import SimError
 
 DEFAULT_TIMEOUT = 10
+UNBOUNDED = 3600.0  # timeout 0: no limit (capped at an hour)
 
 
 class ToolboxRoutes:
@@ -42,8 +44,9 @@ class ToolboxRoutes:
         command = body.get("command")
         if not isinstance(command, str) or not command.strip():
             raise SimError(400, "command must be a non-empty string")
-        timeout = body.get("timeout") or DEFAULT_TIMEOUT
-        if not isinstance(timeout, (int, float)) or timeout <= 0:
+        timeout = body.get("timeout")
+        timeout = DEFAULT_TIMEOUT if timeout is None else (UNBOUNDED if timeout == 0 else timeout)
+        if not isinstance(timeout, (int, float)) or timeout < 0:
             raise SimError(400, f"timeout must be a positive number of seconds, got {timeout!r}")
         envs = body.get("envs") or {}
         result = await self.engine.exec(record, command, timeout=float(timeout), cwd=body.get("cwd"),

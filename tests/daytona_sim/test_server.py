@@ -37,6 +37,17 @@ def test_create_starts_and_exec_runs_in_the_workspace(tmp_path: Path) -> None:
     run(go())
 
 
+def test_exec_timeout_stops_the_command(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with sim_and_client(tmp_path) as (_sim, client):
+            box = await client.create(_params(), timeout=60)
+            started = asyncio.get_running_loop().time()
+            out = await box.process.exec("sleep 30; echo finished", timeout=1)
+            assert out.exit_code != 0 and "finished" not in out.result
+            assert asyncio.get_running_loop().time() - started < 25  # the 1 s limit, not the 30 s sleep
+    run(go())
+
+
 def test_list_filters_by_labels_across_pages(tmp_path: Path) -> None:
     async def go() -> None:
         async with sim_and_client(tmp_path) as (_sim, client):
