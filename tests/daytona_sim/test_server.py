@@ -228,3 +228,16 @@ def test_run_sim_in_thread_serves_synchronous_callers(tmp_path: Path) -> None:
         box_id = asyncio.run(use(sim.api_url))
         assert sim.stats().ids_with_label("run", "t") == [box_id]
     assert [p for p in (tmp_path / "sandboxes").iterdir() if not p.name.startswith("_")] == []
+
+
+def test_sdk_in_polling_mode_works_too(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with sim_and_client(tmp_path) as (sim, _client):
+            config = DaytonaConfig(api_key="sim-key", api_url=sim.api_url, use_deprecated_polling=True)
+            with pytest.warns(DeprecationWarning):
+                polling = AsyncDaytona(config)
+            async with polling:
+                box = await polling.create(_params(snapshot=VM_SNAPSHOT), timeout=60)
+                child = await box.fork()
+                assert (await child.process.exec("echo polled")).result == "polled\n"
+    run(go())
