@@ -38,7 +38,7 @@ def test_training_curve_has_train_heldout_and_the_published_line(tmp_path: Path)
     lines = _lines(training_curve(load_run(run)))
     assert lines["train (rollouts of the step)"] == [0.5, 0.5]
     assert lines["held-out"] == [0.0, 1.0]
-    assert lines["published 35.9% -> 81.2% (Qwen 4B)"] == [0.359, 0.812]
+    assert lines["published 35.9% -> 81.2% (Qwen 4B; endpoints only)"] == [0.359, 0.812]
     summary = json.loads((run / "summary.json").read_text())
     (run / "summary.json").write_text(json.dumps({**summary, "taskset": "mine"}))
     assert len(_lines(training_curve(load_run(run)))) == 2  # the reference is calc's only
