@@ -36,8 +36,13 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default="builtin",
                    help="'builtin' (the built-in CPU model, started for the run) or an OpenAI-compatible base URL")
     p.add_argument("--model", default="builtin", help="model name sent to the policy endpoint")
-    p.add_argument("--max-concurrent", type=_positive_int, default=64, help="rollouts in flight at once")
-    p.add_argument("--rollout-actors", type=_positive_int, default=2, help="RolloutActors (each runs many rollouts)")
+    p.add_argument("--max-concurrent", type=_positive_int, default=64, help="rollouts in flight at once (whole cluster)")
+    p.add_argument("--rollout-actors", type=_positive_int, default=2,
+                   help="RolloutActors (each runs many rollouts), dealt round-robin over the Ray nodes")
+    p.add_argument("--rollout-actors-per-node", type=_positive_int, default=None,
+                   help="instead: this many RolloutActors on every node, and on each node that joins mid-run")
+    p.add_argument("--rollout-concurrency", type=_positive_int, default=None,
+                   help="rollouts in flight per RolloutActor (default: --max-concurrent / --rollout-actors)")
     p.add_argument("--max-turns", type=_positive_int, default=Settings().max_turns, help="agent turns per attempt")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     p.add_argument("--deadline", type=float, default=300.0, help="wall-clock seconds per rollout")
@@ -104,6 +109,8 @@ def _eval(args: argparse.Namespace) -> int:
     cfg = EvalConfig(out=args.out, taskset=args.taskset, split=args.split, group=args.group,
                      max_concurrent=args.max_concurrent, backend=args.backend, isolation=args.isolation,
                      policy=args.policy, rollout_actors=args.rollout_actors, settings=_settings(args),
+                     rollout_actors_per_node=args.rollout_actors_per_node or 0,
+                     rollout_concurrency=args.rollout_concurrency or 0,
                      limits=_limits(args), pool=PoolConfig(warm_size=args.warm_size))
     summary = run_eval(cfg)
     infra = summary["counts_by_status"].get("infra_error", 0)
@@ -127,6 +134,8 @@ def _train(args: argparse.Namespace) -> int:
                       loss_fn=args.loss, chunk_bytes=int(args.chunk_mb * 1024 * 1024),
                       normalize_std=args.std_normalize, off_policy=args.off_policy, seed=args.seed,
                       max_concurrent=args.max_concurrent, rollout_actors=args.rollout_actors,
+                      rollout_actors_per_node=args.rollout_actors_per_node or 0,
+                      rollout_concurrency=args.rollout_concurrency or 0,
                       backend=args.backend, isolation=args.isolation, settings=_settings(args),
                       limits=_limits(args), pool=PoolConfig(warm_size=args.warm_size), resume=args.resume)
     run_train(cfg)

@@ -41,6 +41,8 @@ class EvalConfig:
     isolation: str = "bwrap"
     policy: str = "builtin"
     rollout_actors: int = 2
+    rollout_actors_per_node: int = 0  # > 0: this many RolloutActors on every node instead
+    rollout_concurrency: int = 0  # rollouts in flight per RolloutActor; 0: max_concurrent / actors
     settings: Settings = field(default_factory=Settings)
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     pool: PoolConfig = field(default_factory=PoolConfig)
@@ -80,16 +82,22 @@ class RolloutSink:
         self._file.close()
 
 
-async def dispatch(actors: list[Any], requests: list[RolloutRequest], max_concurrent: int,
-                   on_done: Any) -> None:
-    """Run every request on the actors with at most `max_concurrent` in flight."""
-    gate = asyncio.Semaphore(max_concurrent)
+async def dispatch(fleet: Any, requests: list[RolloutRequest], on_done: Any) -> None:
+    """Run every request on the fleet (it bounds what is in flight and re-dispatches lost ones)."""
 
-    async def one(index: int, request: RolloutRequest) -> None:
-        async with gate:
-            on_done(await actors[index % len(actors)].run.remote(request))
+    async def one(request: RolloutRequest) -> None:
+        _, rollout = await fleet.run(request)
+        on_done(rollout)
 
-    await asyncio.gather(*(one(i, r) for i, r in enumerate(requests)))
+    await asyncio.gather(*(one(r) for r in requests))
+
+
+def fleet_plan(cfg: Any) -> Any:
+    """The FleetPlan of an eval or train config."""
+    from rl_daytona.fleet import FleetPlan
+
+    return FleetPlan(actors=cfg.rollout_actors, per_node=cfg.rollout_actors_per_node,
+                     concurrency=cfg.rollout_concurrency, max_concurrent=cfg.max_concurrent)
 
 
 def _progress(console: Console) -> Progress:
@@ -107,10 +115,10 @@ async def _run(cfg: EvalConfig, policy_url: str, sink: RolloutSink, console: Con
     pool = runtime.start_pool(spec, cfg.run_id, cfg.pool)
     reaped = await pool.start.remote()
     await pool.set_demand.remote(len(requests))
-    per_actor = -(-cfg.max_concurrent // cfg.rollout_actors)
-    actors = runtime.start_rollout_actors(pool, spec, cfg.taskset, settings, cfg.rollout_actors, per_actor)
+    fleet = runtime.start_fleet(pool, spec, cfg.taskset, settings, fleet_plan(cfg))
     started = time.monotonic()
     try:
+        await fleet.start()
         with _progress(console) as progress:
             bar = progress.add_task(f"eval {cfg.taskset}/{cfg.split}", total=len(requests), rate="-")
 
@@ -120,11 +128,10 @@ async def _run(cfg: EvalConfig, policy_url: str, sink: RolloutSink, console: Con
                 rate = f"{sum(r.reward >= 1.0 for r in scored) / max(len(scored), 1):.0%}"
                 progress.update(bar, advance=1, rate=rate)
 
-            await dispatch(actors, requests, cfg.max_concurrent, done)
+            await dispatch(fleet, requests, done)
         wall = time.monotonic() - started
-        actor_stats: list[ActorStats] = [await a.stats.remote() for a in actors]
-        for actor in actors:
-            await actor.close.remote()
+        actor_stats: list[ActorStats] = await fleet.stats()
+        await fleet.close()
     finally:
         pool_stats = await pool.shutdown.remote()
     cpu = sum(s.sandbox_cpu_seconds for s in actor_stats)
@@ -132,7 +139,15 @@ async def _run(cfg: EvalConfig, policy_url: str, sink: RolloutSink, console: Con
             "sandbox_cpu_seconds": cpu, "cores": os.cpu_count() or 1,
             "wall_over_cpu_floor": wall / (cpu / (os.cpu_count() or 1)) if cpu else None,
             "pool": asdict(pool_stats), "orphans_reaped_at_start": reaped,
-            "actors": [asdict(s) for s in actor_stats]}
+            "actors": [asdict(s) for s in actor_stats], "fleet": dict(fleet.counts),
+            "rollouts_by_node": _by_node(sink.rollouts)}
+
+
+def _by_node(rollouts: list[Rollout]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in rollouts:
+        out[r.node_id] = out.get(r.node_id, 0) + 1
+    return out
 
 
 def run_eval(cfg: EvalConfig, console: Console | None = None) -> dict[str, Any]:

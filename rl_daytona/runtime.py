@@ -2,13 +2,14 @@
 
 Invariant: a run has exactly one SandboxPool, named after the run id; RolloutActors reserve no
 CPU slots (their work is I/O and sandbox processes), so they never starve Ray's scheduler on
-a small machine, and they are spread across nodes.
+a small machine, and they are pinned to nodes as `rl_daytona.placement` deals them; the pool
+and the Learner live on the home node (a `learner` node, else the head).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable
 
 import ray
 
@@ -33,10 +34,39 @@ def pool_name(run_id: str) -> str:
     return f"rl-daytona-pool-{run_id}"
 
 
+def _on_home_node() -> Any:
+    """Pin to the home node, softly: a one-node cluster or a vanished node still schedules."""
+    from rl_daytona.placement import alive_nodes, home_node, pinned
+
+    return pinned(home_node(alive_nodes()), soft=True)
+
+
 def start_pool(spec: BackendSpec, run_id: str, config: PoolConfig) -> Any:
     actor = ray.remote(SandboxPool).options(
-        name=pool_name(run_id), num_cpus=0, max_concurrency=100_000, lifetime=None)
+        name=pool_name(run_id), num_cpus=0, max_concurrency=100_000, lifetime=None,
+        scheduling_strategy=_on_home_node())
     return actor.remote(spec, run_id, config)
+
+
+def rollout_spawner(pool: Any, spec: BackendSpec, taskset: str, settings: Settings,
+                    concurrency: int) -> Callable[[str, str], Any]:
+    """(node id, name) -> a RolloutActor pinned to that node (it dies with the node)."""
+    from rl_daytona.placement import pinned
+
+    def spawn(node_id: str, name: str) -> Any:
+        actor = ray.remote(RolloutActor).options(
+            num_cpus=0, max_concurrency=concurrency + 8, scheduling_strategy=pinned(node_id, soft=False))
+        return actor.remote(pool, spec, taskset, settings, name, concurrency)
+
+    return spawn
+
+
+def start_fleet(pool: Any, spec: BackendSpec, taskset: str, settings: Settings, plan: Any) -> Any:
+    """The run's RolloutFleet (not yet started: `await fleet.start()` places the actors)."""
+    from rl_daytona.fleet import RolloutFleet
+
+    spawn = rollout_spawner(pool, spec, taskset, settings, plan.per_actor())
+    return RolloutFleet(spawn, plan, taskset, driver_node=ray.get_runtime_context().get_node_id())
 
 
 def start_rollout_actors(pool: Any, spec: BackendSpec, taskset: str, settings: Settings,
@@ -50,5 +80,5 @@ def start_learner(client: Any, config: Any, version: int = 0) -> Any:
     """The run's Learner actor (async: `add` keeps arriving while a step trains)."""
     from rl_daytona.learn.learner import Learner
 
-    actor = ray.remote(Learner).options(num_cpus=0, max_concurrency=10_000)
+    actor = ray.remote(Learner).options(num_cpus=0, max_concurrency=10_000, scheduling_strategy=_on_home_node())
     return actor.remote(client, config, version)

@@ -29,7 +29,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rl_daytona.backends import BackendSpec
-from rl_daytona.eval import RolloutSink, requests_for
+from rl_daytona.eval import RolloutSink, fleet_plan, requests_for
+from rl_daytona.fleet import RolloutFleet as Fleet
 from rl_daytona.learn.clients import AdamParams, LocalTrainingClient, TrainingCallError
 from rl_daytona.learn.learner import LearnerConfig, StepReport
 from rl_daytona.pool import PoolConfig
@@ -56,6 +57,8 @@ class TrainConfig:
     seed: int = 0
     max_concurrent: int = 64
     rollout_actors: int = 2
+    rollout_actors_per_node: int = 0  # > 0: this many RolloutActors on every node instead
+    rollout_concurrency: int = 0  # rollouts in flight per RolloutActor; 0: max_concurrent / actors
     backend: str = "local"
     isolation: str = "bwrap"
     settings: Settings = field(default_factory=Settings)
@@ -83,23 +86,6 @@ class TrainConfig:
             raise ValueError(f"--lr must be >= 0, got {self.lr}")
         if self.loss_fn not in ("importance_sampling", "ppo"):
             raise ValueError(f"--loss must be importance_sampling or ppo, got {self.loss_fn!r}")
-
-
-class Fleet:
-    """The run's SandboxPool and RolloutActors, and a bounded dispatcher over them."""
-
-    def __init__(self, pool: Any, actors: list[Any], max_concurrent: int) -> None:
-        self.pool, self.actors = pool, actors
-        self.gate = asyncio.Semaphore(max_concurrent)
-        self._next = 0
-
-    async def run(self, request: RolloutRequest) -> tuple[Any, Rollout]:
-        """Run one attempt; returns (the rollout's ObjectRef, the rollout)."""
-        async with self.gate:
-            actor = self.actors[self._next % len(self.actors)]
-            self._next += 1
-            ref = actor.run.remote(request)
-            return ref, await ref
 
 
 async def _collect(fleet: Fleet, learner: Any, requests: list[RolloutRequest], sink: RolloutSink,
@@ -245,14 +231,13 @@ async def _train(cfg: TrainConfig, url: str, console: Console, metrics_path: Pat
     settings = Settings(**{**asdict(cfg.settings), "policy_url": url})
     pool = runtime.start_pool(spec, cfg.run_id, cfg.pool)
     await pool.start.remote()
-    per_actor = -(-cfg.max_concurrent // cfg.rollout_actors)
-    actors = runtime.start_rollout_actors(pool, spec, cfg.taskset, settings, cfg.rollout_actors, per_actor)
+    fleet = runtime.start_fleet(pool, spec, cfg.taskset, settings, fleet_plan(cfg))
+    await fleet.start()
     learner_cfg = LearnerConfig(loss_fn=cfg.loss_fn, adam=AdamParams(learning_rate=cfg.lr),
                                 chunk_bytes=cfg.chunk_bytes, normalize_std=cfg.normalize_std,
                                 max_staleness=cfg.off_policy if cfg.off_policy else None)
     learner = runtime.start_learner(cfg.training_client or functools.partial(LocalTrainingClient, url), learner_cfg,
                                     start_version)
-    fleet = Fleet(pool, actors, cfg.max_concurrent)
     display = _Display(console, cfg)
     rng = np.random.default_rng(cfg.seed)
     metrics: list[dict[str, Any]] = []
@@ -327,8 +312,7 @@ async def _train(cfg: TrainConfig, url: str, console: Console, metrics_path: Pat
                     else:
                         rollout_seconds = await collect(step + 1, _step_requests(cfg, step + 1, rng))
         saved = await learner.save.remote(str(cfg.out / "policy"))
-        for actor in actors:
-            await actor.close.remote()
+        await fleet.close()
         await learner.close.remote()
     finally:
         pool_stats = await pool.shutdown.remote()

@@ -10,15 +10,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rl_daytona.backends.base import (
-    WORKSPACE, Backend, ExecResult, IsolationUnavailableError, SandboxError, SandboxHandle,
+    WORKSPACE, Backend, BackendAuthError, ExecResult, IsolationUnavailableError, SandboxError, SandboxHandle,
 )
+from rl_daytona.backends.daytona_options import DaytonaOptions
 from rl_daytona.types import SandboxLimits
 
-BACKENDS = ("local",)
+BACKENDS = ("local", "daytona")
 ISOLATIONS = ("bwrap", "none")
 
-__all__ = ["WORKSPACE", "Backend", "BackendSpec", "ExecResult", "IsolationUnavailableError",
-           "SandboxError", "SandboxHandle", "make_backend"]
+__all__ = ["WORKSPACE", "Backend", "BackendAuthError", "BackendSpec", "DaytonaOptions", "ExecResult",
+           "IsolationUnavailableError", "SandboxError", "SandboxHandle", "make_backend"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class BackendSpec:
     root: str = ""
     isolation: str = "bwrap"
     limits: SandboxLimits = field(default_factory=SandboxLimits)
+    daytona: DaytonaOptions = field(default_factory=DaytonaOptions)
 
     def __post_init__(self) -> None:
         if self.kind not in BACKENDS:
@@ -39,6 +41,10 @@ class BackendSpec:
 
 def make_backend(spec: BackendSpec) -> Backend:
     """Build the backend a spec names (imports lazily so each backend's deps stay optional)."""
+    if spec.kind == "daytona":
+        from rl_daytona.backends.daytona import DaytonaBackend
+
+        return DaytonaBackend(spec.daytona, limits=spec.limits)
     from rl_daytona.backends.local import LocalBackend
 
     return LocalBackend(Path(spec.root), isolation=spec.isolation, limits=spec.limits)

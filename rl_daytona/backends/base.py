@@ -25,6 +25,10 @@ class IsolationUnavailableError(SandboxError):
     """The requested isolation (bubblewrap) cannot run on this machine."""
 
 
+class BackendAuthError(SandboxError):
+    """The backend rejected the run's credentials: never retried, the run stops."""
+
+
 @dataclass(frozen=True)
 class SandboxHandle:
     """A sandbox as callers see it: an id, the run label, and where it came from."""

@@ -1,0 +1,186 @@
+"""RolloutFleet: a run's RolloutActors on every node of the cluster, and the one dispatcher over them.
+
+Invariant: every request given to `run` yields exactly one `Rollout`. A request whose actor is
+lost (its node left the cluster, or its process died) runs again once, on another live actor
+and so on a fresh sandbox; if that actor is lost too, the request becomes an `infra_error`
+rollout. A node that joins mid-run gets RolloutActors at the next watch tick, and new work goes
+to the least-loaded live actor, so the new actors take work from then on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from rl_daytona.placement import NodeInfo, alive_nodes, share_for_new_node, spread
+from rl_daytona.rollout import ActorStats
+from rl_daytona.types import PhaseTimings, Rollout, RolloutRequest, RolloutStatus, Trajectory
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    """How many RolloutActors, where, and how much work each holds at once."""
+
+    actors: int = 2  # RolloutActors at start, dealt round-robin over the alive nodes
+    per_node: int = 0  # when > 0: this many on every node instead (and on every node that joins)
+    concurrency: int = 0  # rollouts in flight per actor; 0: max_concurrent / actors, rounded up
+    max_concurrent: int = 64  # rollouts in flight across the whole fleet
+    watch_seconds: float = 2.0  # how often the cluster's nodes are re-read; 0: never
+
+    def __post_init__(self) -> None:
+        if self.actors < 1 or self.max_concurrent < 1:
+            raise ValueError("a fleet needs --rollout-actors >= 1 and --max-concurrent >= 1")
+        if self.per_node < 0 or self.concurrency < 0 or self.watch_seconds < 0:
+            raise ValueError("--rollout-actors-per-node, --rollout-concurrency and the watch interval must be >= 0")
+
+    def per_actor(self) -> int:
+        return self.concurrency or -(-self.max_concurrent // self.actors)
+
+
+# (node id, actor name) -> a RolloutActor handle pinned to that node
+Spawn = Callable[[str, str], Any]
+
+
+class _Member:
+    def __init__(self, actor: Any, node_id: str, name: str, index: int) -> None:
+        self.actor, self.node_id, self.name, self.index = actor, node_id, name, index
+        self.in_flight = 0
+        self.alive = True
+
+
+class RolloutFleet:
+    def __init__(self, spawn: Spawn, plan: FleetPlan, taskset: str, driver_node: str = "") -> None:
+        self._spawn, self.plan, self.taskset, self.driver_node = spawn, plan, taskset, driver_node
+        self._members: list[_Member] = []
+        self._known: set[str] = set()
+        self._gate = asyncio.Semaphore(plan.max_concurrent)
+        self._turn = 0
+        self._watcher: asyncio.Task[None] | None = None
+        self.counts = {"redispatched": 0, "lost": 0, "actors_lost": 0, "nodes_joined": 0, "nodes_lost": 0}
+
+    async def start(self, nodes: list[NodeInfo] | None = None) -> None:
+        """Place the first actors on the alive nodes and start watching for joins and losses."""
+        nodes = nodes if nodes is not None else await asyncio.to_thread(alive_nodes)
+        self._known = {n.node_id for n in nodes}
+        for node_id in spread(nodes, self.plan.actors, self.plan.per_node):
+            self._add(node_id)
+        if self.plan.watch_seconds > 0:
+            self._watcher = asyncio.ensure_future(self._watch())
+
+    @property
+    def actors(self) -> list[Any]:
+        return [m.actor for m in self._members if m.alive]
+
+    def placement(self) -> dict[str, int]:
+        """Live RolloutActors per node id."""
+        out: dict[str, int] = {}
+        for m in self._members:
+            if m.alive:
+                out[m.node_id] = out.get(m.node_id, 0) + 1
+        return out
+
+    async def run(self, request: RolloutRequest) -> tuple[Any, Rollout]:
+        """Run one attempt; returns (an ObjectRef holding the rollout, the rollout)."""
+        import ray
+        from ray.exceptions import ObjectLostError, RayActorError
+
+        async with self._gate:
+            for attempt in range(2):
+                member = self._pick()
+                if member is None:
+                    break
+                self.counts["redispatched"] += attempt
+                member.in_flight += 1
+                try:
+                    ref = member.actor.run.remote(request)
+                    rollout = await ref
+                except (RayActorError, ObjectLostError) as exc:
+                    self._lose(member, exc)
+                    continue
+                finally:
+                    member.in_flight -= 1
+                # a rollout held on another node's object store would vanish with that node
+                return (ref if member.node_id == self.driver_node else ray.put(rollout)), rollout
+            self.counts["lost"] += 1
+            rollout = self._lost_rollout(request)
+            return ray.put(rollout), rollout
+
+    def sync(self, nodes: list[NodeInfo]) -> None:
+        """Follow the cluster: actors on a node that left stop getting work; a new node gets actors."""
+        alive = {n.node_id for n in nodes}
+        for gone in self._known - alive:
+            self.counts["nodes_lost"] += 1
+            for m in self._members:
+                if m.node_id == gone and m.alive:
+                    m.alive = False
+                    self.counts["actors_lost"] += 1
+        self._known &= alive
+        for node in nodes:
+            if node.node_id not in self._known:
+                self._known.add(node.node_id)
+                self.counts["nodes_joined"] += 1
+                for _ in range(share_for_new_node(len(self._known), self.plan.actors, self.plan.per_node)):
+                    self._add(node.node_id)
+
+    async def stats(self) -> list[ActorStats]:
+        from ray.exceptions import RayActorError
+
+        out = []
+        for m in [m for m in self._members if m.alive]:
+            try:
+                out.append(await m.actor.stats.remote())
+            except RayActorError as exc:
+                self._lose(m, exc)
+        return out
+
+    async def close(self) -> None:
+        """Stop watching and close every live actor (their sandboxes' releases are awaited)."""
+        from ray.exceptions import RayActorError
+
+        if self._watcher is not None:
+            self._watcher.cancel()
+            await asyncio.gather(self._watcher, return_exceptions=True)
+        for m in [m for m in self._members if m.alive]:
+            try:
+                await m.actor.close.remote()
+            except RayActorError as exc:
+                self._lose(m, exc)
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _add(self, node_id: str) -> None:
+        name = f"rollout-{len(self._members)}"
+        self._members.append(_Member(self._spawn(node_id, name), node_id, name, len(self._members)))
+
+    def _pick(self) -> _Member | None:
+        """The live actor with the least work in flight (ties taken in turn)."""
+        live = [m for m in self._members if m.alive]
+        if not live:
+            return None
+        self._turn += 1
+        size = len(self._members)
+        return min(live, key=lambda m: (m.in_flight, (m.index - self._turn) % size))
+
+    def _lose(self, member: _Member, exc: BaseException) -> None:
+        if member.alive:
+            member.alive = False
+            self.counts["actors_lost"] += 1
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(self.plan.watch_seconds)
+            try:
+                nodes = await asyncio.to_thread(alive_nodes)
+            except Exception:  # noqa: BLE001 - a GCS hiccup: try again at the next tick
+                continue
+            self.sync(nodes)
+
+    def _lost_rollout(self, request: RolloutRequest) -> Rollout:
+        from rl_daytona.tasks import get_taskset
+
+        return Rollout(rollout_id=request.rollout_id, task_id=request.task_id,
+                       variant=get_taskset(self.taskset).get(request.task_id).variant,
+                       group_id=request.group_id, attempt=request.attempt, reward=0.0,
+                       status=RolloutStatus.INFRA_ERROR, timings=PhaseTimings(), trajectory=Trajectory(),
+                       error="the RolloutActor running this rollout was lost, and so was the one it was re-dispatched to")
