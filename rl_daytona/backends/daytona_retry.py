@@ -26,6 +26,15 @@ T = TypeVar("T")
 RETRY, WAIT, FATAL, RAISE = "retry", "wait", "fatal", "raise"
 
 
+class StartFailedError(Exception):
+    """A create the API accepted whose sandbox never started (it was deleted): worth another try."""
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """An error as one line of at most `limit` characters."""
+    return (" ".join(str(exc).split()) or type(exc).__name__)[:limit]
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Bounded, jittered exponential backoff; 429 waits are capped at `max_wait` seconds."""
@@ -50,7 +59,7 @@ def classify(exc: BaseException) -> str:
         return FATAL
     if isinstance(exc, DaytonaRateLimitError):
         return WAIT
-    if isinstance(exc, (DaytonaConnectionError, ConnectionError, asyncio.TimeoutError)):
+    if isinstance(exc, (StartFailedError, DaytonaConnectionError, ConnectionError, asyncio.TimeoutError)):
         return RETRY
     if isinstance(exc, DaytonaError):
         status = exc.status_code

@@ -23,6 +23,7 @@ import asyncssh
 from rl_daytona.backends.base import WORKSPACE, ExecResult, SandboxError
 
 GRACE = 10.0
+READ_TIMEOUT = 120.0
 TIMED_OUT_CODES = (124, 137)
 
 
@@ -101,24 +102,35 @@ class SshConnections:
                 return await asyncssh.connect(target.host, port=target.port, username=target.token,
                                               known_hosts=None, client_keys=None, agent_path=None,
                                               password=None, connect_timeout=10)
+            except asyncssh.PermissionDenied:  # the token is refused: trying again cannot help
+                raise SandboxError(f"SSH to sandbox {sandbox_id} was refused (access token not accepted)") from None
             except (OSError, asyncssh.Error) as exc:
                 if time.monotonic() + delay > deadline:
                     raise SandboxError(f"SSH to sandbox {sandbox_id} failed: {type(exc).__name__}: {exc}") from None
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
 
+    async def _call(self, sandbox_id: str, line: str, stdin: bytes | None,
+                    timeout: float) -> asyncssh.SSHCompletedProcess:
+        """One exec channel; asyncssh.TimeoutError passes through, other failures are SandboxError."""
+        conn = await self._conn(sandbox_id)
+        try:
+            return await conn.run(line, input=stdin or b"", encoding=None, timeout=timeout)
+        except asyncssh.TimeoutError:
+            raise
+        except (OSError, asyncssh.Error) as exc:
+            self._conns.pop(sandbox_id, None)
+            conn.close()
+            raise SandboxError(f"SSH exec in sandbox {sandbox_id} failed: {type(exc).__name__}: {exc}") from None
+
     async def run(self, sandbox_id: str, command: str, *, timeout: float, cwd: str = WORKSPACE,
                   stdin: bytes | None = None, env: Mapping[str, str] | None = None) -> ExecResult:
-        conn = await self._conn(sandbox_id)
         started = time.monotonic()
         line = wrap(command, cwd=cwd, timeout=timeout, env=env)
         try:
-            done = await conn.run(line, input=stdin or b"", encoding=None, timeout=timeout + GRACE)
+            done = await self._call(sandbox_id, line, stdin, timeout + GRACE)
         except asyncssh.TimeoutError as exc:
             return self._result(exc.stdout, exc.stderr, 124, started)
-        except (OSError, asyncssh.Error) as exc:
-            self._conns.pop(sandbox_id, None)
-            raise SandboxError(f"SSH exec in sandbox {sandbox_id} failed: {type(exc).__name__}: {exc}") from None
         code = done.exit_status if done.exit_status is not None else 255
         return self._result(done.stdout, done.stderr, code, started)
 
@@ -137,15 +149,17 @@ class SshConnections:
             raise SandboxError(f"writing {len(files)} files into sandbox {sandbox_id} failed: {result.output.strip()[:200]}")
 
     async def read_file(self, sandbox_id: str, path: str) -> bytes:
-        full = path if path.startswith("/") else f"{WORKSPACE}/{path}"
-        conn = await self._conn(sandbox_id)
-        quoted = shlex.quote(full)
-        done = await conn.run(f"test -f {quoted} || exit 44; base64 -w0 -- {quoted}", encoding=None,
-                              input=b"", timeout=120)
+        quoted = shlex.quote(path if path.startswith("/") else f"{WORKSPACE}/{path}")
+        try:
+            done = await self._call(sandbox_id, f"test -f {quoted} || exit 44; base64 -w0 -- {quoted}",
+                                    None, READ_TIMEOUT)
+        except asyncssh.TimeoutError:
+            raise SandboxError(f"reading {path} from sandbox {sandbox_id} timed out") from None
         if done.exit_status == 44:
             raise FileNotFoundError(f"{path} (in sandbox {sandbox_id})")
         if done.exit_status != 0:
-            raise SandboxError(f"reading {path} from sandbox {sandbox_id} failed: {_bytes(done.stderr)[:200]!r}")
+            raise SandboxError(f"reading {path} from sandbox {sandbox_id} failed: "
+                               f"{_bytes(done.stderr).decode(errors='replace').strip()[:200]}")
         return base64.b64decode(_bytes(done.stdout).strip())
 
     async def forget(self, sandbox_id: str) -> None:

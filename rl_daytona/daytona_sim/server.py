@@ -32,9 +32,11 @@ from rl_daytona.daytona_sim.rest import CatalogRoutes, SandboxRoutes
 from rl_daytona.daytona_sim.ssh import SshGateway
 from rl_daytona.daytona_sim.state import SimError, SimStats
 from rl_daytona.daytona_sim.toolbox import ToolboxRoutes
+from rl_daytona.types import SandboxLimits
 
 __all__ = ["SimConfig", "DaytonaSim", "RunningSim", "run_sim_in_thread"]
 
+OUTPUT_CAP = 64 << 20  # bytes of stdout + stderr one command may return
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -84,7 +86,9 @@ class DaytonaSim:
         self.config = config
         self.root = Path(config.root)
         self.root.mkdir(parents=True, exist_ok=True)
-        backend = LocalBackend(self.root / "sandboxes", isolation=config.isolation)
+        # Daytona's SSH and toolbox do not cut a command's output at 64 KiB, so neither does the sim
+        backend = LocalBackend(self.root / "sandboxes", isolation=config.isolation,
+                               limits=SandboxLimits(max_output_bytes=OUTPUT_CAP))
         self.engine = Engine(config, backend, Catalog(config.time_scale))
         self.ssh = SshGateway(self.engine, self.root)
         self.events = EventGateway(config.api_key, lambda: f"{self.base_url}/toolbox")
