@@ -1,10 +1,12 @@
 """RolloutFleet: a run's RolloutActors on every node of the cluster, and the one dispatcher over them.
 
-Invariant: every request given to `run` yields exactly one `Rollout`. A request whose actor is
-lost (its node left the cluster, or its process died) runs again once, on another live actor
-and so on a fresh sandbox; if that actor is lost too, the request becomes an `infra_error`
-rollout. A node that joins mid-run gets RolloutActors at the next watch tick, and new work goes
-to the least-loaded live actor, so the new actors take work from then on.
+Invariant: every request given to `run` yields exactly one `Rollout`. At most `max_concurrent`
+requests are in flight across the fleet and at most the per-actor concurrency on any one actor;
+each goes to the least-loaded live actor. A request whose actor is lost (its node left the
+cluster, or its process died) runs again once, on another live actor (on another node when
+there is one) and so on a fresh sandbox; if that one is lost too, or no actor is left, the
+request becomes an `infra_error` rollout. A node that joins mid-run gets RolloutActors at the
+next watch tick and takes new work from then on; actors on a node that left get no more work.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ class FleetPlan:
 
     actors: int = 2  # RolloutActors at start, dealt round-robin over the alive nodes
     per_node: int = 0  # when > 0: this many on every node instead (and on every node that joins)
-    concurrency: int = 0  # rollouts in flight per actor; 0: max_concurrent / actors, rounded up
+    concurrency: int = 0  # rollouts in flight per actor; 0: max_concurrent / actors placed, rounded up
     max_concurrent: int = 64  # rollouts in flight across the whole fleet
     watch_seconds: float = 2.0  # how often the cluster's nodes are re-read; 0: never
 
@@ -34,12 +36,23 @@ class FleetPlan:
         if self.per_node < 0 or self.concurrency < 0 or self.watch_seconds < 0:
             raise ValueError("--rollout-actors-per-node, --rollout-concurrency and the watch interval must be >= 0")
 
-    def per_actor(self) -> int:
-        return self.concurrency or -(-self.max_concurrent // self.actors)
+    def per_actor(self, placed: int) -> int:
+        """Rollouts in flight per actor when `placed` actors start the run."""
+        return self.concurrency or -(-self.max_concurrent // max(placed, 1))
 
 
-# (node id, actor name) -> a RolloutActor handle pinned to that node
-Spawn = Callable[[str, str], Any]
+# (node id, actor name, rollouts in flight it must hold) -> a RolloutActor handle pinned to that node
+Spawn = Callable[[str, str, int], Any]
+# which alive nodes may hold RolloutActors (e.g. only the pool's machine for local sandboxes)
+NodeFilter = Callable[[list[NodeInfo]], list[NodeInfo]]
+
+
+def lost_actor_errors() -> tuple[type[BaseException], ...]:
+    """The errors that mean "the actor (or its node) is gone", not "the rollout failed"."""
+    from ray.exceptions import (ActorUnschedulableError, NodeDiedError, ObjectLostError, RayActorError,
+                                WorkerCrashedError)
+
+    return RayActorError, ObjectLostError, NodeDiedError, WorkerCrashedError, ActorUnschedulableError
 
 
 class _Member:
@@ -50,20 +63,26 @@ class _Member:
 
 
 class RolloutFleet:
-    def __init__(self, spawn: Spawn, plan: FleetPlan, taskset: str, driver_node: str = "") -> None:
+    def __init__(self, spawn: Spawn, plan: FleetPlan, taskset: str, driver_node: str = "",
+                 eligible: NodeFilter | None = None) -> None:
         self._spawn, self.plan, self.taskset, self.driver_node = spawn, plan, taskset, driver_node
+        self._eligible = eligible or (lambda nodes: nodes)
         self._members: list[_Member] = []
         self._known: set[str] = set()
-        self._gate = asyncio.Semaphore(plan.max_concurrent)
+        self._changed = asyncio.Condition()
+        self._in_flight = 0
+        self._capacity = 0
         self._turn = 0
         self._watcher: asyncio.Task[None] | None = None
         self.counts = {"redispatched": 0, "lost": 0, "actors_lost": 0, "nodes_joined": 0, "nodes_lost": 0}
 
     async def start(self, nodes: list[NodeInfo] | None = None) -> None:
         """Place the first actors on the alive nodes and start watching for joins and losses."""
-        nodes = nodes if nodes is not None else await asyncio.to_thread(alive_nodes)
+        nodes = self._eligible(nodes if nodes is not None else await asyncio.to_thread(alive_nodes))
         self._known = {n.node_id for n in nodes}
-        for node_id in spread(nodes, self.plan.actors, self.plan.per_node):
+        placement = spread(nodes, self.plan.actors, self.plan.per_node)
+        self._capacity = self.plan.per_actor(len(placement))
+        for node_id in placement:
             self._add(node_id)
         if self.plan.watch_seconds > 0:
             self._watcher = asyncio.ensure_future(self._watch())
@@ -71,6 +90,10 @@ class RolloutFleet:
     @property
     def actors(self) -> list[Any]:
         return [m.actor for m in self._members if m.alive]
+
+    @property
+    def per_actor(self) -> int:
+        return self._capacity
 
     def placement(self) -> dict[str, int]:
         """Live RolloutActors per node id."""
@@ -83,38 +106,37 @@ class RolloutFleet:
     async def run(self, request: RolloutRequest) -> tuple[Any, Rollout]:
         """Run one attempt; returns (an ObjectRef holding the rollout, the rollout)."""
         import ray
-        from ray.exceptions import ObjectLostError, RayActorError
 
-        async with self._gate:
-            for attempt in range(2):
-                member = self._pick()
-                if member is None:
-                    break
-                self.counts["redispatched"] += attempt
-                member.in_flight += 1
-                try:
-                    ref = member.actor.run.remote(request)
-                    rollout = await ref
-                except (RayActorError, ObjectLostError) as exc:
-                    self._lose(member, exc)
-                    continue
-                finally:
-                    member.in_flight -= 1
-                # a rollout held on another node's object store would vanish with that node
-                return (ref if member.node_id == self.driver_node else ray.put(rollout)), rollout
-            self.counts["lost"] += 1
-            rollout = self._lost_rollout(request)
-            return ray.put(rollout), rollout
+        failed_on = ""
+        for attempt in range(2):
+            member = await self._acquire(avoid_node=failed_on)
+            if member is None:
+                break
+            self.counts["redispatched"] += attempt
+            try:
+                ref = member.actor.run.remote(request)
+                rollout = await ref
+            except lost_actor_errors():
+                self._lose(member)
+                failed_on = member.node_id
+                continue
+            finally:
+                await self._release(member)
+            # a rollout held on another node's object store would vanish with that node
+            return (ref if member.node_id == self.driver_node else ray.put(rollout)), rollout
+        self.counts["lost"] += 1
+        rollout = self._lost_rollout(request)
+        return ray.put(rollout), rollout
 
-    def sync(self, nodes: list[NodeInfo]) -> None:
+    async def sync(self, nodes: list[NodeInfo]) -> None:
         """Follow the cluster: actors on a node that left stop getting work; a new node gets actors."""
+        nodes = self._eligible(nodes)
         alive = {n.node_id for n in nodes}
         for gone in self._known - alive:
             self.counts["nodes_lost"] += 1
             for m in self._members:
-                if m.node_id == gone and m.alive:
-                    m.alive = False
-                    self.counts["actors_lost"] += 1
+                if m.node_id == gone:
+                    self._lose(m)
         self._known &= alive
         for node in nodes:
             if node.node_id not in self._known:
@@ -122,47 +144,68 @@ class RolloutFleet:
                 self.counts["nodes_joined"] += 1
                 for _ in range(share_for_new_node(len(self._known), self.plan.actors, self.plan.per_node)):
                     self._add(node.node_id)
+        async with self._changed:
+            self._changed.notify_all()
 
     async def stats(self) -> list[ActorStats]:
-        from ray.exceptions import RayActorError
-
         out = []
         for m in [m for m in self._members if m.alive]:
             try:
                 out.append(await m.actor.stats.remote())
-            except RayActorError as exc:
-                self._lose(m, exc)
+            except lost_actor_errors():
+                self._lose(m)
         return out
 
     async def close(self) -> None:
         """Stop watching and close every live actor (their sandboxes' releases are awaited)."""
-        from ray.exceptions import RayActorError
-
         if self._watcher is not None:
             self._watcher.cancel()
             await asyncio.gather(self._watcher, return_exceptions=True)
-        for m in [m for m in self._members if m.alive]:
+
+        async def close_one(m: _Member) -> None:
             try:
                 await m.actor.close.remote()
-            except RayActorError as exc:
-                self._lose(m, exc)
+            except lost_actor_errors():
+                self._lose(m)
+
+        await asyncio.gather(*(close_one(m) for m in self._members if m.alive))
 
     # -- internals ----------------------------------------------------------------------
 
     def _add(self, node_id: str) -> None:
         name = f"rollout-{len(self._members)}"
-        self._members.append(_Member(self._spawn(node_id, name), node_id, name, len(self._members)))
+        actor = self._spawn(node_id, name, self._capacity)
+        self._members.append(_Member(actor, node_id, name, len(self._members)))
 
-    def _pick(self) -> _Member | None:
-        """The live actor with the least work in flight (ties taken in turn)."""
-        live = [m for m in self._members if m.alive]
-        if not live:
-            return None
+    async def _acquire(self, avoid_node: str = "") -> _Member | None:
+        """Wait for a free slot on a live actor and take it; None when no actor is left."""
+        async with self._changed:
+            while True:
+                live = [m for m in self._members if m.alive]
+                if not live:
+                    return None
+                free = [m for m in live if m.in_flight < self._capacity]
+                if free and self._in_flight < self.plan.max_concurrent:
+                    member = self._pick(free, avoid_node)
+                    member.in_flight += 1
+                    self._in_flight += 1
+                    return member
+                await self._changed.wait()
+
+    async def _release(self, member: _Member) -> None:
+        async with self._changed:
+            member.in_flight -= 1
+            self._in_flight -= 1
+            self._changed.notify_all()
+
+    def _pick(self, free: list[_Member], avoid_node: str) -> _Member:
+        """The least-loaded of `free`, off `avoid_node` when it can be (ties taken in turn)."""
+        elsewhere = [m for m in free if m.node_id != avoid_node]
         self._turn += 1
         size = len(self._members)
-        return min(live, key=lambda m: (m.in_flight, (m.index - self._turn) % size))
+        return min(elsewhere or free, key=lambda m: (m.in_flight, (m.index - self._turn) % size))
 
-    def _lose(self, member: _Member, exc: BaseException) -> None:
+    def _lose(self, member: _Member) -> None:
         if member.alive:
             member.alive = False
             self.counts["actors_lost"] += 1
@@ -174,7 +217,7 @@ class RolloutFleet:
                 nodes = await asyncio.to_thread(alive_nodes)
             except Exception:  # noqa: BLE001 - a GCS hiccup: try again at the next tick
                 continue
-            self.sync(nodes)
+            await self.sync(nodes)
 
     def _lost_rollout(self, request: RolloutRequest) -> Rollout:
         from rl_daytona.tasks import get_taskset
@@ -183,4 +226,5 @@ class RolloutFleet:
                        variant=get_taskset(self.taskset).get(request.task_id).variant,
                        group_id=request.group_id, attempt=request.attempt, reward=0.0,
                        status=RolloutStatus.INFRA_ERROR, timings=PhaseTimings(), trajectory=Trajectory(),
-                       error="the RolloutActor running this rollout was lost, and so was the one it was re-dispatched to")
+                       error="the RolloutActor running this rollout was lost, and no other actor could "
+                             "run it to the end (lost too, or none left)")

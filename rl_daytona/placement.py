@@ -3,8 +3,9 @@
 Invariant: the SandboxPool and the Learner go to the "home" node: one offering the custom
 `learner` resource when the cluster has one, else the head node (else the driver's own node);
 RolloutActors are pinned to alive nodes by node affinity, so each node gets its share however
-Ray would otherwise pack them. Reading the cluster is the only thing done here; the actors are
-started in `rl_daytona.runtime` and kept by `rl_daytona.fleet`.
+Ray would otherwise pack them; with local sandboxes (files on one machine's disk) only the nodes
+on the pool's machine may hold them. Reading the cluster is the only thing done here; the actors
+are started in `rl_daytona.runtime` and kept by `rl_daytona.fleet`.
 """
 
 from __future__ import annotations
@@ -46,6 +47,18 @@ def home_node(nodes: list[NodeInfo]) -> str:
     import ray
 
     return ray.get_runtime_context().get_node_id()
+
+
+def on_machine(nodes: list[NodeInfo], address: str) -> list[NodeInfo]:
+    """The nodes at `address` (one machine may run several Ray nodes)."""
+    return [n for n in nodes if n.address == address]
+
+
+def address_of(nodes: list[NodeInfo], node_id: str) -> str:
+    for node in nodes:
+        if node.node_id == node_id:
+            return node.address
+    raise ValueError(f"node {node_id} is not alive in the Ray cluster")
 
 
 def pinned(node_id: str, soft: bool) -> Any:

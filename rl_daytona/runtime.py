@@ -2,8 +2,9 @@
 
 Invariant: a run has exactly one SandboxPool, named after the run id; RolloutActors reserve no
 CPU slots (their work is I/O and sandbox processes), so they never starve Ray's scheduler on
-a small machine, and they are pinned to nodes as `rl_daytona.placement` deals them; the pool
-and the Learner live on the home node (a `learner` node, else the head).
+a small machine, and they are pinned to nodes as `rl_daytona.placement` deals them (local
+sandboxes: only nodes on the pool's machine); the pool and the Learner live on the home node
+(a `learner` node, else the head).
 """
 
 from __future__ import annotations
@@ -20,14 +21,34 @@ from rl_daytona.types import Settings
 
 
 def ensure_ray() -> None:
-    """Join the cluster named by RAY_ADDRESS (as under `ray job submit`), else start a local one."""
+    """Join a running Ray cluster, else start a one-machine Ray here.
+
+    The cluster is the one RAY_ADDRESS names (as under `ray job submit`, which sets it for the
+    driver), else the last one `ray start` ran on this machine (as on a `ray up` head). Token
+    auth (Ray's RAY_AUTH_MODE=token) needs the cluster's token in this process's environment
+    (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token); without it the join fails with
+    one line saying so (a ValueError: the CLI's exit code 2)."""
+    from ray.exceptions import AuthenticationError
+
     if ray.is_initialized():
         return
     address = os.environ.get("RAY_ADDRESS") or None
-    kwargs: dict[str, Any] = {"address": address, "log_to_driver": True}
-    if address is None:
-        kwargs.update(include_dashboard=False, num_cpus=os.cpu_count() or 2)
-    ray.init(**kwargs)
+    try:
+        ray.init(address=address, include_dashboard=False, log_to_driver=True)
+    except (AuthenticationError, ConnectionError) as exc:
+        first = str(exc).split(". ")[0].replace("\n", " ")
+        raise ValueError(f"cannot join the Ray cluster at {address or 'this machine'}: {first}; for a cluster "
+                         f"with token auth set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN to its token") from None
+
+
+def policy_host() -> str:
+    """The interface a server the driver starts for the run's actors (the built-in policy) binds:
+    loopback when this process started its own one-machine Ray, else this node's address, so
+    that RolloutActors and the Learner on other machines reach it."""
+    node = getattr(getattr(ray._private.worker, "global_worker", None), "node", None)
+    if not ray.is_initialized() or (node is not None and node.is_head()):
+        return "127.0.0.1"
+    return ray.util.get_node_ip_address()
 
 
 def pool_name(run_id: str) -> str:
@@ -48,12 +69,11 @@ def start_pool(spec: BackendSpec, run_id: str, config: PoolConfig) -> Any:
     return actor.remote(spec, run_id, config)
 
 
-def rollout_spawner(pool: Any, spec: BackendSpec, taskset: str, settings: Settings,
-                    concurrency: int) -> Callable[[str, str], Any]:
-    """(node id, name) -> a RolloutActor pinned to that node (it dies with the node)."""
+def rollout_spawner(pool: Any, spec: BackendSpec, taskset: str, settings: Settings) -> Callable[[str, str, int], Any]:
+    """(node id, name, rollouts in flight) -> a RolloutActor pinned to that node (it dies with the node)."""
     from rl_daytona.placement import pinned
 
-    def spawn(node_id: str, name: str) -> Any:
+    def spawn(node_id: str, name: str, concurrency: int) -> Any:
         actor = ray.remote(RolloutActor).options(
             num_cpus=0, max_concurrency=concurrency + 8, scheduling_strategy=pinned(node_id, soft=False))
         return actor.remote(pool, spec, taskset, settings, name, concurrency)
@@ -62,18 +82,24 @@ def rollout_spawner(pool: Any, spec: BackendSpec, taskset: str, settings: Settin
 
 
 def start_fleet(pool: Any, spec: BackendSpec, taskset: str, settings: Settings, plan: Any) -> Any:
-    """The run's RolloutFleet (not yet started: `await fleet.start()` places the actors)."""
+    """The run's RolloutFleet (not yet started: `await fleet.start()` places the actors).
+
+    Local sandboxes are directories on the pool's machine, so with the local backend only the
+    nodes on that machine get RolloutActors; with Daytona every node does."""
     from rl_daytona.fleet import RolloutFleet
+    from rl_daytona.placement import NodeInfo, address_of, alive_nodes, home_node, on_machine
 
-    spawn = rollout_spawner(pool, spec, taskset, settings, plan.per_actor())
-    return RolloutFleet(spawn, plan, taskset, driver_node=ray.get_runtime_context().get_node_id())
+    eligible = None
+    if spec.kind == "local":
+        nodes = alive_nodes()
+        machine = address_of(nodes, home_node(nodes))
 
+        def eligible(candidates: list[NodeInfo]) -> list[NodeInfo]:
+            return on_machine(candidates, machine)
 
-def start_rollout_actors(pool: Any, spec: BackendSpec, taskset: str, settings: Settings,
-                         count: int, concurrency: int) -> list[Any]:
-    actor = ray.remote(RolloutActor).options(
-        num_cpus=0, max_concurrency=concurrency + 8, scheduling_strategy="SPREAD")
-    return [actor.remote(pool, spec, taskset, settings, f"rollout-{i}", concurrency) for i in range(count)]
+    spawn = rollout_spawner(pool, spec, taskset, settings)
+    return RolloutFleet(spawn, plan, taskset, driver_node=ray.get_runtime_context().get_node_id(),
+                        eligible=eligible)
 
 
 def start_learner(client: Any, config: Any, version: int = 0) -> Any:
