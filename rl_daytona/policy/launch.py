@@ -77,8 +77,16 @@ def _read_ready_line(process: subprocess.Popen[bytes], timeout: float) -> str | 
 
 
 def start_builtin_server(state: Path | None = None, timeout: float = 30.0, seed: int | None = None,
-                         host: str = "127.0.0.1", port: int = 0) -> BuiltinServer:
-    """Spawn the server, wait for its `LISTENING <url>` line, return a handle to it."""
+                         host: str | None = None, port: int = 0) -> BuiltinServer:
+    """Spawn the server, wait for its `LISTENING <url>` line, return a handle to it.
+
+    `host` None: loopback, or this node's address when the driver joined a Ray cluster."""
+    if host is None:
+        host = "127.0.0.1"
+        if "ray" in sys.modules:  # never imports Ray just to learn it is not running
+            from rl_daytona.runtime import policy_host
+
+            host = policy_host()
     command = [sys.executable, "-m", "rl_daytona.policy.server", "--host", host, "--port", str(port),
                "--stop-on-stdin-eof"]
     if state is not None:
