@@ -1,11 +1,13 @@
 """Snapshots and warm pools of daytona-sim.
 
 Invariant: a snapshot is usable for creates only while 'active'; a Dockerfile build is
-answered in state building (so the SDK streams its log at once) and goes to active (or build_failed with the Dockerfile's first problem as
-errorReason), appending one log line per step to a log that `follow` readers stream until the
-build ends. Two snapshots are pre-registered: `DEFAULT_SNAPSHOT` (class 'container', used when
-a create names none) and `VM_SNAPSHOT` (class 'linux-vm', the only class that can fork); a
-build's class is the `sandboxClass` of its request (default 'container').
+answered in state building (so the SDK streams its log at once) and goes to active, or to
+build_failed with the first problem as errorReason (the Dockerfile's, or a context hash of the
+request whose tar was never uploaded to object storage), appending one log line per step to a
+log that `follow` readers stream until the build ends. Two snapshots are pre-registered:
+`DEFAULT_SNAPSHOT` (class 'container', used when a create names none) and `VM_SNAPSHOT` (class
+'linux-vm', the only class that can fork); a build's class is the `sandboxClass` of its request
+(default 'container').
 
 A warm pool keeps `pool` started, unclaimed sandboxes of its snapshot (members carry
 `warmPoolId` and are hidden from lists); a create of that snapshot with no env vars claims one
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from rl_daytona.daytona_sim.dockerfile import DockerfileError, build_steps
 from rl_daytona.daytona_sim.state import (
@@ -39,6 +41,7 @@ class SnapshotRecord:
     sandbox_class: str
     image_name: str | None = None
     dockerfile: str | None = None
+    context_hashes: list[str] = field(default_factory=list)
     state: str = "active"
     error_reason: str | None = None
     logs: list[str] = field(default_factory=list)
@@ -64,8 +67,8 @@ class SnapshotRecord:
 
     def dto(self) -> dict[str, Any]:
         build = None if self.dockerfile is None else {
-            "dockerfileContent": self.dockerfile, "contextHashes": [], "createdAt": self.created_at,
-            "updatedAt": self.updated_at, "snapshotRef": f"daytona-sim/{self.id}"}
+            "dockerfileContent": self.dockerfile, "contextHashes": list(self.context_hashes),
+            "createdAt": self.created_at, "updatedAt": self.updated_at, "snapshotRef": f"daytona-sim/{self.id}"}
         return {"id": self.id, "organizationId": ORG_ID, "general": False, "name": self.name,
                 "imageName": self.image_name, "state": self.state, "size": 0.1, "entrypoint": None,
                 "cpu": 1, "gpu": 0, "mem": 1, "disk": 3, "errorReason": self.error_reason,
@@ -96,8 +99,8 @@ class WarmPoolRecord:
 class Catalog:
     """Snapshots by id and name, warm pools and their refill tasks."""
 
-    def __init__(self, time_scale: float) -> None:
-        self.time_scale = time_scale
+    def __init__(self, time_scale: float, uploaded: Callable[[str], bool] = lambda context_hash: False) -> None:
+        self.time_scale, self._uploaded = time_scale, uploaded
         self.snapshots: dict[str, SnapshotRecord] = {}
         self.pools: dict[str, WarmPoolRecord] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -143,6 +146,7 @@ class Catalog:
             raise SimError(400, "either imageName or buildInfo.dockerfileContent is required")
         snap = self._add(SnapshotRecord(new_id(), name, str(body.get("sandboxClass") or CONTAINER),
                                         image_name=body.get("imageName"), dockerfile=dockerfile,
+                                        context_hashes=[str(h) for h in build.get("contextHashes") or []],
                                         state="building" if dockerfile is not None else "pending"))
         self._spawn(self._build(snap))
         return snap
@@ -153,6 +157,9 @@ class Catalog:
             snap.set_state("pulling")
         try:
             steps = build_steps(snap.dockerfile) if snap.dockerfile is not None else [f"FROM {snap.image_name}"]
+            missing = [h for h in snap.context_hashes if not self._uploaded(h)]
+            if missing:
+                raise DockerfileError(f"build context {missing[0]} was not uploaded to object storage")
         except DockerfileError as exc:
             snap.log(f"ERROR: {exc}")
             snap.set_state("build_failed", str(exc))

@@ -76,6 +76,8 @@ async def _serve(args: argparse.Namespace) -> None:
     print(f"DAYTONA_API_URL={sim.api_url}", flush=True)
     print("DAYTONA_API_KEY=<the --api-key value>", flush=True)
     print(f"DAYTONA_SSH_GATEWAY={sim.ssh_host}:{sim.ssh_port}", flush=True)
+    print(f"daytona-sim: build contexts go to {sim.objects.url}; a client uploading them must trust "
+          f"{sim.objects.ca_bundle} (rl_daytona.daytona_sim.tls.trust_in_this_process)", flush=True)
     try:
         await stop.wait()
     finally:

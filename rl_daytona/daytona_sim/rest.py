@@ -1,4 +1,5 @@
-"""The REST routes of daytona-sim under `/api`: sandboxes, ssh access, snapshots, warm pools.
+"""The REST routes of daytona-sim under `/api`: sandboxes, ssh access, snapshots, warm pools,
+object-storage push access.
 
 Invariant: every route answers with the JSON shapes (camelCase) the `daytona` 0.226 SDK's
 generated models parse, and every failure is a `SimError` turned into Daytona's error body
@@ -150,8 +151,9 @@ def _interval(request: web.Request) -> float:
 class CatalogRoutes:
     """`/api/snapshots...` and `/api/warm-pools...` handlers."""
 
-    def __init__(self, engine: Engine, public_url: Callable[[], str]) -> None:
-        self.catalog, self.public_url = engine.catalog, public_url
+    def __init__(self, engine: Engine, public_url: Callable[[], str],
+                 push_access: Callable[[], dict[str, Any]]) -> None:
+        self.catalog, self.public_url, self.push_access_dto = engine.catalog, public_url, push_access
 
     def add_to(self, app: web.Application) -> None:
         r = app.router
@@ -223,6 +225,5 @@ class CatalogRoutes:
         return web.Response(status=204)
 
     async def push_access(self, request: web.Request) -> web.Response:
-        """Build contexts would go to S3 over HTTPS (the SDK's obstore client refuses plain HTTP)."""
-        raise SimError(501, "daytona-sim does not simulate object storage, so a Dockerfile that COPYs or "
-                            "ADDs local files cannot be built here; build one without a local context")
+        """Where and with which (dummy) credentials the SDK uploads build contexts (`objects.py`)."""
+        return web.json_response(self.push_access_dto())

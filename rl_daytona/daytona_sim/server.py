@@ -6,8 +6,10 @@ server owns every sandbox it creates and `stop()` deletes them all. `run_sim_in_
 one on its own event loop in a background thread for synchronous callers (Ray drivers, tests).
 
 State changes are pushed over socket.io (`events.py`), as Daytona does; the SDK also polls.
-Not served: creates from an image (build a snapshot
-first), object storage for build contexts (COPY/ADD of local files: push-access answers 501).
+A Dockerfile's COPY sources go, as in Daytona, to S3-compatible object storage (`objects.py`,
+HTTPS on a port of its own, `sim.objects.url`); push-access hands out its URL and credentials,
+and a client process must trust its CA (`tls.trust_in_this_process(sim.objects.ca_bundle)`)
+to upload. Not served: creates from an image (build a snapshot first).
 Faults can be changed while serving (`set_faults`), e.g. to fail creates only for a while.
 """
 
@@ -28,9 +30,10 @@ from rl_daytona.daytona_sim.catalog import Catalog
 from rl_daytona.daytona_sim.engine import Engine
 from rl_daytona.daytona_sim.events import PATH as EVENTS_PATH, EventGateway
 from rl_daytona.daytona_sim.faults import RateLimiter
+from rl_daytona.daytona_sim.objects import ObjectStore, context_key
 from rl_daytona.daytona_sim.rest import CatalogRoutes, SandboxRoutes
 from rl_daytona.daytona_sim.ssh import SshGateway
-from rl_daytona.daytona_sim.state import SimError, SimStats
+from rl_daytona.daytona_sim.state import ORG_ID, SimError, SimStats
 from rl_daytona.daytona_sim.toolbox import ToolboxRoutes
 from rl_daytona.types import SandboxLimits
 
@@ -89,7 +92,9 @@ class DaytonaSim:
         # Daytona's SSH and toolbox do not cut a command's output at 64 KiB, so neither does the sim
         backend = LocalBackend(self.root / "sandboxes", isolation=config.isolation,
                                limits=SandboxLimits(max_output_bytes=OUTPUT_CAP))
-        self.engine = Engine(config, backend, Catalog(config.time_scale))
+        self.objects = ObjectStore(self.root / "object-storage")
+        uploaded = lambda context_hash: self.objects.has(context_key(ORG_ID, context_hash))  # noqa: E731
+        self.engine = Engine(config, backend, Catalog(config.time_scale, uploaded))
         self.ssh = SshGateway(self.engine, self.root)
         self.events = EventGateway(config.api_key, lambda: f"{self.base_url}/toolbox")
         self.engine.listener = self.events.state_changed
@@ -109,7 +114,7 @@ class DaytonaSim:
         app = web.Application(middlewares=[self._errors, self._auth], client_max_size=64 << 20)
         SandboxRoutes(self.engine, lambda: f"{self.base_url}/toolbox",
                       lambda: (self.ssh_host, self.ssh_port)).add_to(app)
-        CatalogRoutes(self.engine, lambda: self.base_url).add_to(app)
+        CatalogRoutes(self.engine, lambda: self.base_url, lambda: self.objects.push_access(ORG_ID)).add_to(app)
         ToolboxRoutes(self.engine).add_to(app)
         app.router.add_get("/health", self._health)
         self.events.attach(app)
@@ -137,8 +142,10 @@ class DaytonaSim:
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "simulator": "daytona-sim"})
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0, ssh_port: int = 0) -> None:
-        """Listen on host:port (0: any free port) for HTTP and host:ssh_port for SSH."""
+    async def start(self, host: str = "127.0.0.1", port: int = 0, ssh_port: int = 0,
+                    storage_port: int = 0) -> None:
+        """Listen on host:port (0: any free port) for HTTP, host:ssh_port for SSH and
+        host:storage_port for the object storage (HTTPS)."""
         self._runner = web.AppRunner(self._app(), access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, host, port)
@@ -147,12 +154,14 @@ class DaytonaSim:
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         await self.ssh.start(host, ssh_port)
         self.ssh_host, self.ssh_port = host, self.ssh.port
+        await self.objects.start(host, storage_port)
 
     async def stop(self) -> None:
         """Delete every sandbox, then stop listening."""
         await self.engine.close()
         await self.events.close()
         await self.ssh.stop()
+        await self.objects.stop()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import aiohttp
 import pytest
 from daytona import (
-    CreateSandboxFromSnapshotParams, CreateSnapshotParams, DaytonaConflictError, DaytonaError, Image,
+    AsyncDaytona, CreateSandboxFromSnapshotParams, CreateSnapshotParams, DaytonaConflictError, DaytonaError, Image,
     SandboxClass,
 )
 
+from rl_daytona.daytona_sim.objects import context_key
+from rl_daytona.daytona_sim.state import ORG_ID
+from rl_daytona.daytona_sim.tls import trust_in_this_process
 from tests.daytona_sim.conftest import run, sim_and_client
 
 
@@ -60,15 +64,36 @@ def test_bad_dockerfile_fails_the_build_with_its_reason(tmp_path: Path, text: st
     run(go())
 
 
-def test_a_local_build_context_is_refused_in_one_line(tmp_path: Path) -> None:
+def test_a_copy_build_uploads_its_context_to_the_sims_object_storage(tmp_path: Path) -> None:
     async def go() -> None:
         async with sim_and_client(tmp_path / "sim") as (sim, client):
             (tmp_path / "app.py").write_text("print(1)\n")
             image = Image.from_dockerfile(_dockerfile(tmp_path, "FROM python:3.11-slim\nCOPY app.py /app/\n"))
-            with pytest.raises(DaytonaError, match="does not simulate object storage"):
-                await client.snapshot.create(CreateSnapshotParams(name="ctx", image=image))
-            assert [s.name for s in (await client.snapshot.list()).items if s.name == "ctx"] == []
+            with trust_in_this_process(sim.objects.ca_bundle):
+                snap = await client.snapshot.create(CreateSnapshotParams(name="ctx", image=image))
+            assert snap.state.value == "active"
+            hashes = sim.engine.catalog.snapshot("ctx").context_hashes
+            assert len(hashes) == 1 and sim.objects.has(context_key(ORG_ID, hashes[0]))
     run(go())
+
+
+def test_a_build_whose_context_was_never_uploaded_fails(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with sim_and_client(tmp_path / "sim") as (sim, client):
+            body = {"name": "no-ctx", "buildInfo": {"dockerfileContent": "FROM python:3.11-slim\nCOPY a /a\n",
+                                                    "contextHashes": ["0123abcd"]}}
+            headers = {"Authorization": f"Bearer {sim.config.api_key}"}
+            async with aiohttp.ClientSession() as http:
+                async with http.post(f"{sim.api_url}/snapshots", json=body, headers=headers) as response:
+                    assert response.status == 200
+            await _until(lambda: _state_is(client, "no-ctx", "build_failed"))
+            snap = await client.snapshot.get("no-ctx")
+            assert snap.error_reason == "build context 0123abcd was not uploaded to object storage"
+    run(go())
+
+
+async def _state_is(client: AsyncDaytona, name: str, state: str) -> bool:
+    return (await client.snapshot.get(name)).state.value == state
 
 
 async def _until(predicate, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
