@@ -1,8 +1,8 @@
 """Sandbox-creation limits shared by every process of a run: creates per minute, creates in flight.
 
 Invariant: the limiter grants at most `per_minute` creates in any 60 s window (a sliding window,
-the way Daytona counts), handing out reservations in order, so no grant it makes can be
-answered with 429 by a server counting the same way. Under Ray, one named actor per run holds
+the way Daytona counts), handing out reservations in order and MARGIN seconds wide of the
+window's edge, so no grant it makes can be answered with 429 by a server counting the same way. Under Ray, one named actor per run holds
 the window (`rl-daytona-limits-<run>`), so the pool, a restarted pool and any other creator
 share it; without Ray the window lives in the process.
 """
@@ -15,6 +15,8 @@ import time
 from typing import Any, Protocol
 
 WINDOW = 60.0
+MARGIN = 0.25  # seconds past the window: the server's clock and the request's latency are not ours
+SPAN = WINDOW + MARGIN
 
 
 class SlidingWindow:
@@ -28,11 +30,11 @@ class SlidingWindow:
 
     def reserve(self, now: float) -> float:
         """The time (>= now) at which the next create may be sent; records it."""
-        while self._grants and self._grants[0] <= now - WINDOW:
+        while self._grants and self._grants[0] <= now - SPAN:
             self._grants.popleft()
         at = now
         if len(self._grants) >= self.per_minute:
-            at = max(now, self._grants[-self.per_minute] + WINDOW)
+            at = max(now, self._grants[-self.per_minute] + SPAN)
         self._grants.append(at)
         return at
 

@@ -73,18 +73,25 @@ def classify(exc: BaseException) -> str:
 
 
 def retry_after(headers: Mapping[str, object] | None, default: float = 1.0) -> float:
-    """Seconds to wait from Retry-After / X-RateLimit-Reset (any throttler's), else `default`."""
-    if not headers:
-        return default
-    lowered = {str(k).lower(): v for k, v in headers.items()}
+    """Seconds to wait from Retry-After, else X-RateLimit-Reset, else `default`.
+
+    Daytona's throttlers also send per-throttler names (`Retry-After-sandbox-create`); when
+    several throttlers answer, the longest wait is the one that lifts them all.
+    """
+    lowered = {str(k).lower(): v for k, v in (headers or {}).items()}
     for key in ("retry-after", "x-ratelimit-reset"):
-        found = [v for k, v in lowered.items() if k == key or (k.startswith(key + "-"))]
-        for value in found:
-            try:
-                return max(0.0, float(str(value)))
-            except ValueError:
-                continue
+        waits = [_seconds(v) for k, v in lowered.items() if k == key or k.startswith(key + "-")]
+        found = [w for w in waits if w is not None]
+        if found:
+            return max(found)
     return default
+
+
+def _seconds(value: object) -> float | None:
+    try:
+        return max(0.0, float(str(value)))
+    except ValueError:  # an HTTP date, or garbage: fall back to another header or the default
+        return None
 
 
 def auth_error(exc: BaseException, what: str) -> BackendAuthError:
