@@ -103,10 +103,14 @@ class DaytonaBackend:
         async with lock:  # Daytona forks one child at a time per parent
             try:
                 box = await self._box(parent.sandbox_id)
-                child = await call_with_retries(lambda: box.fork(timeout=self.options.create_timeout),
-                                                "fork a sandbox", self.retry, self._count_wait)
+                child = await asyncio.wait_for(  # the SDK waits for the child without a limit
+                    call_with_retries(lambda: box.fork(timeout=self.options.create_timeout), "fork a sandbox",
+                                      self.retry, self._count_wait), self.options.create_timeout)
             except BackendAuthError:
                 raise
+            except asyncio.TimeoutError:
+                raise SandboxError(f"fork of sandbox {parent.sandbox_id} timed out after "
+                                   f"{self.options.create_timeout:g} s") from None
             except Exception as exc:  # noqa: BLE001
                 raise SandboxError(f"fork of sandbox {parent.sandbox_id} failed: {one_line(exc)}") from None
         self._boxes[child.id] = child
