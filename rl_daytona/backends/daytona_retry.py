@@ -3,8 +3,8 @@
 Invariant: an authentication error is never retried (it raises `BackendAuthError`, which ends
 the run with one line that never contains the key); HTTP 429 waits what the server's
 rate-limit headers say; 5xx, 408, connection errors and a sandbox that never started
-(`StartFailedError`) back off exponentially with full jitter; anything else (4xx: the request itself is wrong) raises at once. Every retry loop is
-bounded by `RetryPolicy.attempts`.
+(`StartFailedError`) back off exponentially with full jitter; anything else (4xx: the request
+itself is wrong) raises at once. Every retry loop is bounded by `RetryPolicy.attempts`.
 """
 
 from __future__ import annotations
