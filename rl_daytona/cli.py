@@ -7,6 +7,7 @@ saying what to fix; a run that finished with infrastructure errors exits 3.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -30,7 +31,10 @@ def _positive_int(text: str) -> int:
 
 def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--taskset", default="calc", help="taskset name ('calc') or 'package.module:ATTRIBUTE' of your own")
-    p.add_argument("--backend", default="local", choices=["local"], help="where sandboxes run (default: local)")
+    p.add_argument("--backend", default="local", choices=["local", "daytona"],
+                   help="where sandboxes run: local (bubblewrap on this machine, the default) or daytona "
+                        "(Daytona's cloud through the daytona SDK; needs DAYTONA_API_KEY, reads DAYTONA_API_URL, "
+                        "DAYTONA_TARGET and DAYTONA_SSH_GATEWAY)")
     p.add_argument("--isolation", default="bwrap", choices=["bwrap", "none"],
                    help="local sandbox isolation: bubblewrap (default) or none (explicit opt-out, no isolation)")
     p.add_argument("--policy", default="builtin",
@@ -51,7 +55,21 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cpu-seconds", type=_positive_int, default=30, help="CPU seconds per sandbox command")
     p.add_argument("--memory-mb", type=_positive_int, default=1024, help="address-space limit per command (MB)")
     p.add_argument("--max-processes", type=_positive_int, default=64, help="processes per sandbox command")
-    p.add_argument("--out", type=Path, required=True, help="run folder (summary.json, rollouts.jsonl, sandboxes/)")
+    p.add_argument("--out", type=Path, required=True,
+                   help="run folder (summary.json, rollouts.jsonl, sandboxes.jsonl ledger, sandboxes/)")
+    d = p.add_argument_group("daytona backend (with --backend daytona)")
+    d.add_argument("--snapshot", default="auto",
+                   help="snapshot to create sandboxes from; 'auto' (default) builds Dockerfile.hud into a snapshot "
+                        "named by a hash of its content, reusing it while nothing that shapes it changed")
+    d.add_argument("--daytona-transport", default="ssh", choices=["ssh", "toolbox"],
+                   help="how commands reach a sandbox: ssh (asyncssh, one connection per sandbox) or toolbox "
+                        "(the SDK's process exec)")
+    d.add_argument("--creates-per-minute", type=_positive_int, default=300,
+                   help="sandbox creates per minute, shared by every actor of the run (your Daytona tier's limit)")
+    d.add_argument("--max-creating", type=_positive_int, default=256,
+                   help="sandbox creates in flight at once (past 256 Daytona's published failure rate rises)")
+    d.add_argument("--no-warm-pool", action="store_true",
+                   help="do not size a Daytona warm pool to the batch (cold creates only)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,7 +108,28 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("rundir", type=Path, help="a run folder written by eval or train")
     from rl_daytona.daytona_sim.cli import add_parser as add_daytona_sim_parser
     add_daytona_sim_parser(sub)
+    _add_reap(sub)
     return parser
+
+
+def _add_reap(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    rp = sub.add_parser("reap", help="list and delete sandboxes left by runs (by the run label)",
+                        description="List sandboxes carrying rl-daytona's run label and delete them: one run's "
+                                    "(--run), those older than --older-than minutes, or (with neither) every "
+                                    "run's. --dry-run only lists.")
+    rp.add_argument("--backend", default="daytona", choices=["local", "daytona"], help="where to look (default: daytona)")
+    rp.add_argument("--root", type=Path, default=None, help="local backend: a run folder's sandboxes/ directory")
+    rp.add_argument("--run", default=None, help="only this run id (see summary.json's run_id)")
+    rp.add_argument("--older-than", type=float, default=None, help="only sandboxes created more than this many minutes ago")
+    rp.add_argument("--dry-run", action="store_true", help="list, do not delete")
+
+
+def _daytona_options(args: argparse.Namespace) -> "DaytonaOptions":
+    from rl_daytona.backends import DaytonaOptions
+
+    return DaytonaOptions(snapshot=args.snapshot, transport=args.daytona_transport,
+                          creates_per_minute=args.creates_per_minute, max_creating=args.max_creating,
+                          warm_pool=not args.no_warm_pool)
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -111,7 +150,8 @@ def _eval(args: argparse.Namespace) -> int:
                      policy=args.policy, rollout_actors=args.rollout_actors, settings=_settings(args),
                      rollout_actors_per_node=args.rollout_actors_per_node or 0,
                      rollout_concurrency=args.rollout_concurrency or 0,
-                     limits=_limits(args), pool=PoolConfig(warm_size=args.warm_size))
+                     limits=_limits(args), pool=PoolConfig(warm_size=args.warm_size),
+                     daytona=_daytona_options(args))
     summary = run_eval(cfg)
     infra = summary["counts_by_status"].get("infra_error", 0)
     if infra:
@@ -137,7 +177,8 @@ def _train(args: argparse.Namespace) -> int:
                       rollout_actors_per_node=args.rollout_actors_per_node or 0,
                       rollout_concurrency=args.rollout_concurrency or 0,
                       backend=args.backend, isolation=args.isolation, settings=_settings(args),
-                      limits=_limits(args), pool=PoolConfig(warm_size=args.warm_size), resume=args.resume)
+                      limits=_limits(args), pool=PoolConfig(warm_size=args.warm_size), resume=args.resume,
+                      daytona=_daytona_options(args))
     run_train(cfg)
     return 0
 
@@ -148,6 +189,16 @@ def _daytona_sim(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _reap(args: argparse.Namespace) -> int:
+    from rl_daytona.reap import ReapQuery, reap
+
+    query = ReapQuery(backend=args.backend, root=args.root, run_id=args.run, older_than_minutes=args.older_than,
+                      dry_run=args.dry_run)
+    for line in reap(query):
+        print(line)
+    return 0
+
+
 def _report(args: argparse.Namespace) -> int:
     from rl_daytona.report import write_report
 
@@ -156,13 +207,18 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from rl_daytona.backends import IsolationUnavailableError
+    from rl_daytona.backends import BackendAuthError, IsolationUnavailableError
     from rl_daytona.learn.clients import TrainingCallError
     from rl_daytona.tasks import TaskError
 
     args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM cleans up like Ctrl-C (again after ray.init)
+    commands = {"eval": _eval, "train": _train, "report": _report, "daytona-sim": _daytona_sim, "reap": _reap}
     try:
-        code = {"eval": _eval, "train": _train, "report": _report, "daytona-sim": _daytona_sim}[args.command](args)
+        code = commands[args.command](args)
+    except BackendAuthError as exc:  # Ray wraps it when it came from an actor: print the cause's one line
+        print(f"rl-daytona {args.command}: error: {getattr(exc, 'cause', None) or exc}", file=sys.stderr)
+        code = 2
     except TrainingCallError as exc:  # the training service failed after retries: not the user's input
         print(f"rl-daytona {args.command}: error: {exc}", file=sys.stderr)
         code = 4

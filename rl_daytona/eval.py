@@ -22,7 +22,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rl_daytona.backends import BackendSpec
+from rl_daytona.backends import BackendSpec, DaytonaOptions
 from rl_daytona.pool import PoolConfig
 from rl_daytona.rollout import ActorStats
 from rl_daytona.summary import render_table, summarize
@@ -46,6 +46,7 @@ class EvalConfig:
     settings: Settings = field(default_factory=Settings)
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     pool: PoolConfig = field(default_factory=PoolConfig)
+    daytona: DaytonaOptions = field(default_factory=DaytonaOptions)
     run_id: str = ""
 
     def __post_init__(self) -> None:
@@ -105,19 +106,19 @@ def _progress(console: Console) -> Progress:
                     TextColumn("pass {task.fields[rate]}"), TimeElapsedColumn(), console=console)
 
 
-async def _run(cfg: EvalConfig, policy_url: str, sink: RolloutSink, console: Console) -> dict[str, Any]:
+async def _run(cfg: EvalConfig, spec: BackendSpec, pool_cfg: PoolConfig, policy_url: str, sink: RolloutSink,
+               console: Console) -> dict[str, Any]:
     from rl_daytona import runtime
+    from rl_daytona.supply import describe
 
     requests = requests_for(cfg.taskset, cfg.split, cfg.group)
-    spec = BackendSpec(kind=cfg.backend, root=str(cfg.out / "sandboxes"), isolation=cfg.isolation,
-                       limits=cfg.limits)
     settings = Settings(**{**asdict(cfg.settings), "policy_url": policy_url})
-    pool = runtime.start_pool(spec, cfg.run_id, cfg.pool)
-    reaped = await pool.start.remote()
-    await pool.set_demand.remote(len(requests))
-    fleet = runtime.start_fleet(pool, spec, cfg.taskset, settings, fleet_plan(cfg))
+    pool = runtime.start_pool(spec, cfg.run_id, pool_cfg)
     started = time.monotonic()
     try:
+        reaped = await pool.start.remote()
+        await pool.set_demand.remote(len(requests))
+        fleet = runtime.start_fleet(pool, spec, cfg.taskset, settings, fleet_plan(cfg))
         await fleet.start()
         with _progress(console) as progress:
             bar = progress.add_task(f"eval {cfg.taskset}/{cfg.split}", total=len(requests), rate="-")
@@ -134,11 +135,13 @@ async def _run(cfg: EvalConfig, policy_url: str, sink: RolloutSink, console: Con
         await fleet.close()
     finally:
         pool_stats = await pool.shutdown.remote()
+    provider = await pool.provider.remote()
     cpu = sum(s.sandbox_cpu_seconds for s in actor_stats)
     return {"wall_seconds": wall, "rollouts_per_second": len(requests) / wall if wall else 0.0,
             "sandbox_cpu_seconds": cpu, "cores": os.cpu_count() or 1,
             "wall_over_cpu_floor": wall / (cpu / (os.cpu_count() or 1)) if cpu else None,
             "pool": asdict(pool_stats), "orphans_reaped_at_start": reaped,
+            "sandbox_backend": {**describe(spec), **provider},
             "actors": [asdict(s) for s in actor_stats], "fleet": dict(fleet.counts),
             "rollouts_by_node": _by_node(sink.rollouts)}
 
@@ -148,6 +151,17 @@ def _by_node(rollouts: list[Rollout]) -> dict[str, int]:
     for r in rollouts:
         out[r.node_id] = out.get(r.node_id, 0) + 1
     return out
+
+
+def sigterm_interrupts() -> None:
+    """SIGTERM ends the run like Ctrl-C (the pool's shutdown deletes the run's sandboxes).
+
+    Called after `ray.init`, which installs a handler of its own that exits at once."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 def run_eval(cfg: EvalConfig, console: Console | None = None) -> dict[str, Any]:
@@ -160,14 +174,18 @@ def run_eval(cfg: EvalConfig, console: Console | None = None) -> dict[str, Any]:
     cfg.out.mkdir(parents=True, exist_ok=True)
     run_id = cfg.run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     cfg = EvalConfig(**{**cfg.__dict__, "run_id": run_id})
+    from rl_daytona.supply import supply_for
+
+    spec, pool_cfg = supply_for(cfg, console.print)
     runtime.ensure_ray()
+    sigterm_interrupts()
     with ExitStack() as stack:
         url = cfg.policy
         if cfg.policy == "builtin":
             url = stack.enter_context(start_builtin_server()).url
         sink = RolloutSink(cfg.out / "rollouts.jsonl")
         stack.callback(sink.close)
-        extra = asyncio.run(_run(cfg, url, sink, console))
+        extra = asyncio.run(_run(cfg, spec, pool_cfg, url, sink, console))
     summary = summarize(sink.rollouts, run_id=run_id, taskset=cfg.taskset, split=cfg.split,
                         group=cfg.group, policy=cfg.policy, backend=cfg.backend, **extra)
     (cfg.out / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -28,8 +28,8 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rl_daytona.backends import BackendSpec
-from rl_daytona.eval import RolloutSink, fleet_plan, requests_for
+from rl_daytona.backends import BackendSpec, DaytonaOptions
+from rl_daytona.eval import RolloutSink, fleet_plan, requests_for, sigterm_interrupts
 from rl_daytona.fleet import RolloutFleet as Fleet
 from rl_daytona.learn.clients import AdamParams, LocalTrainingClient, TrainingCallError
 from rl_daytona.learn.learner import LearnerConfig, StepReport
@@ -64,6 +64,7 @@ class TrainConfig:
     settings: Settings = field(default_factory=Settings)
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     pool: PoolConfig = field(default_factory=PoolConfig)
+    daytona: DaytonaOptions = field(default_factory=DaytonaOptions)
     run_id: str = ""
     # () -> TrainingClient, built inside the Learner; None: the built-in service that samples
     training_client: Callable[[], Any] | None = None
@@ -220,16 +221,15 @@ def plot_curve(metrics: list[dict[str, Any]], path: Path, title: str = "") -> No
     plt.close(fig)
 
 
-async def _train(cfg: TrainConfig, url: str, console: Console, metrics_path: Path,
-                 sink: RolloutSink, start_version: int = 0) -> dict[str, Any]:
+async def _train(cfg: TrainConfig, supply: tuple[BackendSpec, PoolConfig], url: str, console: Console,
+                 metrics_path: Path, sink: RolloutSink, start_version: int = 0) -> dict[str, Any]:
     import ray
 
     from rl_daytona import runtime
 
-    spec = BackendSpec(kind=cfg.backend, root=str(cfg.out / "sandboxes"), isolation=cfg.isolation,
-                       limits=cfg.limits)
+    spec, pool_cfg = supply
     settings = Settings(**{**asdict(cfg.settings), "policy_url": url})
-    pool = runtime.start_pool(spec, cfg.run_id, cfg.pool)
+    pool = runtime.start_pool(spec, cfg.run_id, pool_cfg)
     await pool.start.remote()
     fleet = runtime.start_fleet(pool, spec, cfg.taskset, settings, fleet_plan(cfg))
     await fleet.start()
@@ -359,14 +359,18 @@ def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any
     cfg = replace(cfg, run_id=run_id)
     metrics_path = cfg.out / "metrics.jsonl"
     metrics_path.write_text("")
+    from rl_daytona.supply import supply_for
+
+    supply = supply_for(cfg, console.print)
     runtime.ensure_ray()
+    sigterm_interrupts()
     with ExitStack() as stack:
         server = stack.enter_context(cfg.policy_server() if cfg.policy_server
                                      else start_builtin_server(state=cfg.resume, seed=cfg.seed))
         sink = RolloutSink(cfg.out / "rollouts.jsonl")
         stack.callback(sink.close)
         try:
-            result = asyncio.run(_train(cfg, server.url, console, metrics_path, sink, start_version))
+            result = asyncio.run(_train(cfg, supply, server.url, console, metrics_path, sink, start_version))
         except TrainingStepFailed as failed:
             raise _keep_what_was_done(cfg, failed, server.url, run_id) from None
     before = result["evals"].get(-1, {}).get("pass_rate")
