@@ -29,6 +29,7 @@ from rl_daytona.backends.daytona_retry import (
 )
 from rl_daytona.backends.daytona_ssh import SshConnections, SshTarget, parse_ssh_command
 from rl_daytona.backends.daytona_toolbox import ToolboxCommands
+from rl_daytona.backends.daytona_transport import SshWithToolboxFallback
 from rl_daytona.types import SandboxLimits
 
 GateFactory = Callable[[str, int], CreateGate]
@@ -47,9 +48,11 @@ class DaytonaBackend:
         self._inflight: asyncio.Semaphore | None = None
         self._gates: dict[str, CreateGate] = {}
         self._client: tuple[asyncio.AbstractEventLoop, AsyncDaytona] | None = None
-        self._commands = (SshConnections(self._ssh_target, limits.max_output_bytes)
-                          if self.options.transport == "ssh" else
-                          ToolboxCommands(self._box, limits.max_output_bytes))
+        toolbox = ToolboxCommands(self._box, limits.max_output_bytes)
+        self._commands: SshWithToolboxFallback | ToolboxCommands = (
+            SshWithToolboxFallback(SshConnections(self._ssh_target, limits.max_output_bytes,
+                                                  self.options.ssh_connect_seconds), toolbox)
+            if self.options.transport == "ssh" else toolbox)
         self.waited_for_rate = 0.0
 
     @property

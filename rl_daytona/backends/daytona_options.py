@@ -28,6 +28,7 @@ class DaytonaOptions:
     transport: str = "ssh"
     create_timeout: float = 120.0
     ssh_gateway: str = ""
+    ssh_connect_seconds: float = 15.0  # SSH connects retry this long after a sandbox reports started
     warm_pool: bool = True
 
     def __post_init__(self) -> None:
@@ -37,6 +38,8 @@ class DaytonaOptions:
             raise ValueError(f"--creates-per-minute must be at least 1, got {self.creates_per_minute}")
         if self.max_creating < 1:
             raise ValueError(f"--max-creating must be at least 1, got {self.max_creating}")
+        if self.ssh_connect_seconds < 0:
+            raise ValueError(f"SSH connect window must be >= 0 s, got {self.ssh_connect_seconds}")
         if self.create_timeout <= 0:
             raise ValueError(f"create timeout must be positive, got {self.create_timeout}")
 

@@ -75,6 +75,10 @@ def tar_bytes(files: Mapping[str, bytes | str]) -> bytes:
     return buffer.getvalue()
 
 
+class SshUnavailableError(SandboxError):
+    """No SSH connection could be opened to a sandbox (access, gateway or handshake failed)."""
+
+
 class SshConnections:
     """One asyncssh connection per sandbox, opened on first use with connect retries."""
 
@@ -94,7 +98,10 @@ class SshConnections:
             return conn
 
     async def _connect(self, sandbox_id: str) -> asyncssh.SSHClientConnection:
-        target = await self._target_for(sandbox_id)
+        try:
+            target = await self._target_for(sandbox_id)
+        except SandboxError as exc:
+            raise SshUnavailableError(str(exc)) from None
         deadline = time.monotonic() + self._connect_seconds
         delay = 0.1
         while True:
@@ -103,10 +110,10 @@ class SshConnections:
                                               known_hosts=None, client_keys=None, agent_path=None,
                                               password=None, connect_timeout=10)
             except asyncssh.PermissionDenied:  # the token is refused: trying again cannot help
-                raise SandboxError(f"SSH to sandbox {sandbox_id} was refused (access token not accepted)") from None
+                raise SshUnavailableError(f"SSH to sandbox {sandbox_id} was refused (access token not accepted)") from None
             except (OSError, asyncssh.Error) as exc:
                 if time.monotonic() + delay > deadline:
-                    raise SandboxError(f"SSH to sandbox {sandbox_id} failed: {type(exc).__name__}: {exc}") from None
+                    raise SshUnavailableError(f"SSH to sandbox {sandbox_id} failed: {type(exc).__name__}: {exc}") from None
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
 
