@@ -56,10 +56,11 @@ def pool_name(run_id: str) -> str:
 
 
 def _on_home_node() -> Any:
-    """Pin to the home node, softly: a one-node cluster or a vanished node still schedules."""
+    """Pin to the home node, hard: with a soft pin Ray was seen to start the pool on a worker
+    node while the head was alive and idle (so losing that worker lost the run)."""
     from rl_daytona.placement import alive_nodes, home_node, pinned
 
-    return pinned(home_node(alive_nodes()), soft=True)
+    return pinned(home_node(alive_nodes()), soft=False)
 
 
 def start_pool(spec: BackendSpec, run_id: str, config: PoolConfig) -> Any:
