@@ -22,7 +22,17 @@ from rl_daytona.learn.datum import Datum
 
 
 class TrainingCallError(RuntimeError):
-    """A training call that failed (transport, HTTP status, or a refused request)."""
+    """A training call that failed (transport, HTTP status, or a refused request).
+
+    `retryable` is False for a request the service refused as such (HTTP 4xx but 408/429):
+    sending it again cannot help."""
+
+    def __init__(self, message: str, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+    def __reduce__(self) -> tuple[Any, ...]:  # keeps `retryable` through pickling (Ray)
+        return (type(self), (str(self), self.retryable))
 
 
 @dataclass(frozen=True)
@@ -74,9 +84,11 @@ class TrainingClient(Protocol):
 class LocalTrainingClient:
     """The built-in model service's training routes over HTTP (aiohttp).
 
-    Every call carries a `request_id` that a retry repeats: a chunk's id is its content within
-    the current step, a step's id its ordinal, so a call whose answer was lost (timeout, reset
-    connection) and is sent again is applied once by the service, never twice.
+    Every call carries a `request_id` (an idempotency key) that a retry repeats: a chunk's is
+    its ordinal among the step's answered chunks plus a hash of its content, a step's its
+    ordinal, so a call whose answer was lost (timeout, reset connection, a gateway's 5xx) and
+    is sent again is applied once by the service, never twice, and two chunks that happen to
+    hold the same datums are still two chunks.
     """
 
     def __init__(self, base_url: str, timeout: float = 600.0) -> None:
@@ -87,6 +99,7 @@ class LocalTrainingClient:
         self._session: Any = None
         self._client_id = uuid.uuid4().hex[:12]
         self._steps = 0  # optim_steps this client has seen answered
+        self._chunks = 0  # forward_backward calls answered in the current step
 
     async def _post(self, route: str, body: bytes) -> dict[str, Any]:
         import aiohttp
@@ -106,7 +119,8 @@ class LocalTrainingClient:
             raise TrainingCallError(f"{route}: HTTP {status} with a non-JSON body: {text[:200]!r}") from None
         if status != 200:
             message = (payload.get("error") or {}).get("message") if isinstance(payload, dict) else None
-            raise TrainingCallError(f"{route}: HTTP {status}: {message or text[:200]}")
+            raise TrainingCallError(f"{route}: HTTP {status}: {message or text[:200]}",
+                                    retryable=status >= 500 or status in (408, 429))
         return payload
 
     async def forward_backward(self, datums: Sequence[Datum], loss_fn: str = "importance_sampling",
@@ -115,9 +129,11 @@ class LocalTrainingClient:
         if loss_fn_config:
             inner["loss_fn_config"] = loss_fn_config
         payload = json.dumps(inner, separators=(",", ":"))
-        rid = f"{self._client_id}:{self._steps}:{hashlib.sha1(payload.encode()).hexdigest()[:16]}"
+        digest = hashlib.sha1(payload.encode()).hexdigest()[:16]
+        rid = f"{self._client_id}:{self._steps}:{self._chunks}:{digest}"
         body = f'{{"request_id":"{rid}","forward_backward_input":{payload}}}'.encode()
         out = await self._post("forward_backward", body)
+        self._chunks += 1
         metrics = {k: float(v) for k, v in (out.get("metrics") or {}).items()}
         return ForwardBackwardResult(loss=metrics.get("loss:sum", 0.0), datums=len(datums),
                                      tokens=int(metrics.get("tokens:sum", 0)), bytes_sent=len(body),
@@ -126,7 +142,7 @@ class LocalTrainingClient:
     async def optim_step(self, adam: AdamParams) -> OptimStepResult:
         rid = f"{self._client_id}:step:{self._steps}"
         out = await self._post("optim_step", json.dumps({"request_id": rid, "adam_params": adam.to_wire()}).encode())
-        self._steps += 1
+        self._steps, self._chunks = self._steps + 1, 0
         return OptimStepResult(version=int(out["version"]),
                                metrics={k: float(v) for k, v in (out.get("metrics") or {}).items()})
 

@@ -7,19 +7,21 @@
 Invariant: the Learner never trains on an incomplete group, never puts an infrastructure
 failure into a baseline, and a step with nothing to learn from is skipped and says why. A
 training call is retried a few times; if it still fails the step fails with one line and no
-optim_step is sent, so the service never applies half a step.
+optim_step is sent, so the service never applies half a step. Training calls are repeated
+under one `RetryPolicy` (same arguments, so the same idempotency key) until one succeeds or
+too many fail in a row; each step reports how many calls it sent and how many failed.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rl_daytona.learn.clients import AdamParams, TrainingCallError, TrainingClient
+from rl_daytona.learn.clients import AdamParams, TrainingClient
 from rl_daytona.learn.datum import Datum, DatumError
 from rl_daytona.learn.groups import DEFAULT_CHUNK_BYTES, GroupCollector, InfraPolicy, group_datums, pack_groups
+from rl_daytona.learn.retry import CallStats, Retrier, RetryPolicy
 from rl_daytona.types import Rollout, RolloutRequest
 
 
@@ -31,8 +33,7 @@ class LearnerConfig:
     normalize_std: bool = False
     max_retries_infra: int = 1
     max_staleness: int | None = None
-    call_retries: int = 2
-    retry_backoff: float = 0.5
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
 
     def __post_init__(self) -> None:
         if self.chunk_bytes < 1:
@@ -61,6 +62,7 @@ class StepReport:
     mean_turns: float
     rollout_bytes: tuple[tuple[int, int], ...]  # (turns, datum bytes) per trained rollout
     sampler_path: str = ""  # the new weights for a separate sampling service (Tinker), when there is one
+    calls: CallStats = CallStats()  # training calls this step sent (retries included) and how many failed
 
 
 @dataclass
@@ -84,6 +86,7 @@ class Learner:
         self.version = version
         self._steps: dict[int, _StepState] = {}
         self._group_step: dict[str, int] = {}
+        self._retrier = Retrier(config.retry)
 
     def _client(self) -> TrainingClient:
         if callable(self.client) and not hasattr(self.client, "forward_backward"):
@@ -155,31 +158,26 @@ class Learner:
                       else "no complete group (every group was dropped)")
             return StepReport(trained=False, skipped_reason=reason, version=self.version, bytes_sent=0,
                               loss=0.0, train_seconds=time.monotonic() - started, **base)
-        client = self._client()
+        client, calls_before = self._client(), self._retrier.stats
         loss, sent = 0.0, 0
         for chunk in chunks:
-            result = await self._retrying("forward_backward", client.forward_backward, chunk,
-                                          self.config.loss_fn)
+            result = await self._retrier.call(client.forward_backward, chunk, self.config.loss_fn)
             loss += result.loss
             sent += result.bytes_sent
-        stepped = await self._retrying("optim_step", client.optim_step, self.config.adam)
+        stepped = await self._retrier.call(client.optim_step, self.config.adam)
         self.version = stepped.version
         return StepReport(trained=True, skipped_reason="", version=self.version, bytes_sent=sent, loss=loss,
                           train_seconds=time.monotonic() - started,
-                          sampler_path=getattr(stepped, "sampler_path", "") or "", **base)
-
-    async def _retrying(self, what: str, fn: Any, *args: Any) -> Any:
-        for attempt in range(self.config.call_retries + 1):
-            try:
-                return await fn(*args)
-            except TrainingCallError:
-                if attempt == self.config.call_retries:
-                    raise
-                await asyncio.sleep(self.config.retry_backoff * (2 ** attempt))
-        raise AssertionError("unreachable")
+                          sampler_path=getattr(stepped, "sampler_path", "") or "",
+                          calls=self._retrier.stats.minus(calls_before), **base)
 
     async def save(self, name: str) -> str:
-        return await self._client().save_state(name)
+        """Save the training state under `name` (retried like every training call); its path."""
+        return await self._retrier.call(self._client().save_state, name)
+
+    async def call_stats(self) -> CallStats:
+        """Every training call so far: attempts, failures, retries."""
+        return self._retrier.stats
 
     async def get_version(self) -> int:
         return self.version

@@ -123,7 +123,7 @@ async def load_state(request: web.Request) -> web.Response:
 async def train_info(request: web.Request) -> web.Response:
     trainer = request.app[TRAINER_KEY]
     return web.json_response({"version": trainer.model.version, "pending_datums": trainer.pending_datums,
-                              "loss_fns": ["importance_sampling", "ppo"]})
+                              "loss_fns": ["importance_sampling", "ppo"], "calls": dict(trainer.counts)})
 
 
 async def models(request: web.Request) -> web.Response:

@@ -139,6 +139,10 @@ class Trainer:
     lock: threading.Lock = field(default_factory=threading.Lock)
     accumulated: dict[str, dict[str, Any]] = field(default_factory=dict)  # request_id -> answer, this step
     last_step: tuple[str, dict[str, Any]] | None = None  # (request_id, answer) of the last optim_step
+    # what the service did, for `GET /v1/train/info`: a replay is a repeated request_id answered from memory
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
+        ("forward_backward_applied", "forward_backward_replayed", "datums_applied", "optim_steps_applied",
+         "optim_steps_replayed"), 0))
 
     def forward_backward(self, datums: Sequence[TrainDatum], loss_fn: str,
                          config: Mapping[str, float] | None = None, request_id: str | None = None) -> dict[str, Any]:
@@ -151,6 +155,7 @@ class Trainer:
         low, high = float(config.get("clip_low_threshold", 0.8)), float(config.get("clip_high_threshold", 1.2))
         with self.lock:
             if request_id is not None and request_id in self.accumulated:
+                self.counts["forward_backward_replayed"] += 1
                 return {**self.accumulated[request_id], "replayed": True}
             params = self.model.params
             outputs, total_loss, tokens, clipped = [], 0.0, 0, 0
@@ -169,6 +174,8 @@ class Trainer:
             for name, grad in batch.items():
                 self.grads[name] = self.grads[name] + grad if name in self.grads else grad
             self.pending_datums += len(datums)
+            self.counts["forward_backward_applied"] += 1
+            self.counts["datums_applied"] += len(datums)
             metrics = {"loss:sum": total_loss, "tokens:sum": float(tokens), "clipped:sum": float(clipped),
                        "datums:sum": float(len(datums))}
             result = {"loss_fn_output_type": "TensorData", "loss_fn_outputs": outputs, "metrics": metrics}
@@ -208,6 +215,7 @@ class Trainer:
         step's answer instead of stepping again."""
         with self.lock:
             if request_id is not None and self.last_step is not None and self.last_step[0] == request_id:
+                self.counts["optim_steps_replayed"] += 1
                 return {**self.last_step[1], "replayed": True}
             if not self.grads:
                 raise TrainingError("optim_step without forward_backward: no accumulated gradient")
@@ -217,6 +225,7 @@ class Trainer:
                                             weight_decay=adam["weight_decay"])
             datums, self.grads, self.pending_datums = self.pending_datums, {}, 0
             self.accumulated = {}
+            self.counts["optim_steps_applied"] += 1
             result = {"version": version, "metrics": {"grad_norm": norm, "datums": float(datums)}}
             if request_id is not None:
                 self.last_step = (request_id, result)

@@ -155,7 +155,10 @@ def test_a_step_over_http_trains_the_served_weights(server: BuiltinServer, chat_
     served = [c.logprob for c in resp.choices[0].logprobs.content]
     seq, mask = prompt + ids, [0] * len(prompt) + [1] * len(ids)
     np.testing.assert_allclose(local.model.sequence_logprobs(seq, mask)[len(prompt):], served, rtol=0, atol=1e-9)
-    assert _info(server) == {"version": 1, "pending_datums": 0, "loss_fns": ["importance_sampling", "ppo"]}
+    info = _info(server)
+    assert info == {"version": 1, "pending_datums": 0, "loss_fns": ["importance_sampling", "ppo"],
+                    "calls": {"forward_backward_applied": 1, "forward_backward_replayed": 0, "datums_applied": 4,
+                              "optim_steps_applied": 1, "optim_steps_replayed": 0}}
 
 
 def _call(server_url: str, what: str, *args: Any) -> Any:
@@ -498,3 +501,54 @@ def test_a_request_id_repeated_at_the_trainer_is_answered_from_memory(served_gro
     assert trainer.model.version == 1
     with pytest.raises(Exception, match="without forward_backward"):
         trainer.optim_step(parse_adam({"learning_rate": 0.05}), "c:step:1")
+
+
+def test_two_chunks_holding_the_same_datums_are_both_applied(served_group: list[Datum]) -> None:
+    """BUG (clients.LocalTrainingClient): a chunk's idempotency key was the hash of its content
+    within the step, so a second chunk that happened to hold the same datums (two groups of one
+    task whose attempts came out alike) was taken for a retry of the first: the service
+    answered it from memory and its gradient was never added. The key now also carries the
+    chunk's ordinal among the step's answered chunks."""
+    fresh = start_builtin_server()
+    try:
+        async def go() -> None:
+            client = LocalTrainingClient(fresh.url)
+            try:
+                await client.forward_backward(served_group)
+                await client.forward_backward(served_group)
+            finally:
+                await client.close()
+
+        asyncio.run(go())
+        info = _info(fresh)
+    finally:
+        fresh.close()
+    assert info["pending_datums"] == 2 * len(served_group)
+    assert info["calls"]["forward_backward_applied"] == 2 and info["calls"]["forward_backward_replayed"] == 0
+
+
+def test_a_refused_request_is_not_worth_repeating_but_a_server_fault_is() -> None:
+    async def status(code: int) -> TrainingCallError:
+        from aiohttp import web
+
+        async def refuse(request: web.Request) -> web.Response:
+            return web.json_response({"error": {"message": "no"}}, status=code)
+
+        app = web.Application()
+        app.router.add_post("/v1/train/{route}", refuse)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        client = LocalTrainingClient(f"http://127.0.0.1:{runner.addresses[0][1]}/v1")
+        try:
+            await client.optim_step(ADAM)
+        except TrainingCallError as exc:
+            return exc
+        finally:
+            await client.close()
+            await runner.cleanup()
+        raise AssertionError("no error")
+
+    assert {code: asyncio.run(status(code)).retryable for code in (400, 404, 408, 429, 500, 503)} == {
+        400: False, 404: False, 408: True, 429: True, 500: True, 503: True}

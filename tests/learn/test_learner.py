@@ -18,10 +18,11 @@ from rl_daytona.learn.clients import (
 from rl_daytona.learn.datum import Datum
 from rl_daytona.learn.groups import group_datums
 from rl_daytona.learn.learner import Learner, LearnerConfig, StepReport
+from rl_daytona.learn.retry import CallStats, RetryPolicy
 from rl_daytona.types import Rollout, RolloutRequest, RolloutStatus, Trajectory
 from tests.learn.builders import rollout_of
 
-FAST = dict(call_retries=2, retry_backoff=0.0)
+FAST = dict(retry=RetryPolicy(max_consecutive_failures=3, backoff=0.0))
 
 
 class RecordingClient:
@@ -365,3 +366,71 @@ def test_misuse_is_refused(trajectories: list[Trajectory]) -> None:
 def test_bad_learner_config_is_refused(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         LearnerConfig(**kwargs)
+
+
+def test_failures_are_absorbed_until_too_many_come_in_a_row(trajectories: list[Trajectory]) -> None:
+    """Max 3 in a row: 2 failures, a success, 2 failures, a success go through; the count resets
+    on each success and the step reports every attempt and failure."""
+    g, client = Groups(trajectories), RecordingClient(fb_failures=2, optim_failures=2)
+    learner = Learner(client, LearnerConfig(**FAST))
+
+    async def go() -> StepReport:
+        await learner.begin_step(0, {"a": 2})
+        await _fill(learner, [g.ok("a", 0, 1.0), g.ok("a", 1, 0.0)])
+        return await learner.train_step(0)
+
+    report = asyncio.run(go())
+    assert report.trained and report.calls == CallStats(attempts=6, failures=4, retries=4)
+    assert asyncio.run(learner.call_stats()) == report.calls
+
+
+def test_giving_up_says_how_many_failed_in_a_row_in_one_line(trajectories: list[Trajectory]) -> None:
+    g, client = Groups(trajectories), RecordingClient(fb_failures=100)
+    learner = Learner(client, LearnerConfig(retry=RetryPolicy(max_consecutive_failures=10, backoff=0.0)))
+
+    async def go() -> None:
+        await learner.begin_step(0, {"a": 2})
+        await _fill(learner, [g.ok("a", 0, 1.0), g.ok("a", 1, 0.0)])
+        await learner.train_step(0)
+
+    with pytest.raises(TrainingCallError) as info:
+        asyncio.run(go())
+    assert str(info.value) == "forward_backward: HTTP 503: service busy (10 failures in a row, giving up)"
+    assert client.count("forward_backward") == 10 and client.count("optim_step") == 0
+
+
+def test_a_refused_request_is_not_repeated(trajectories: list[Trajectory]) -> None:
+    g, client = Groups(trajectories), RecordingClient()
+
+    async def refuse(datums: Sequence[Datum], loss_fn: str = "importance_sampling",
+                     loss_fn_config: dict[str, float] | None = None) -> ForwardBackwardResult:
+        client.calls.append(("forward_backward", (list(datums), loss_fn)))
+        raise TrainingCallError("forward_backward: HTTP 400: datum 0: bad", retryable=False)
+
+    client.forward_backward = refuse  # type: ignore[method-assign]
+    learner = Learner(client, LearnerConfig(**FAST))
+
+    async def go() -> None:
+        await learner.begin_step(0, {"a": 2})
+        await _fill(learner, [g.ok("a", 0, 1.0), g.ok("a", 1, 0.0)])
+        await learner.train_step(0)
+
+    with pytest.raises(TrainingCallError, match="HTTP 400"):
+        asyncio.run(go())
+    assert client.count("forward_backward") == 1
+
+
+def test_retry_policy_backoff_doubles_up_to_its_cap_and_refuses_nonsense() -> None:
+    policy = RetryPolicy(max_consecutive_failures=10, backoff=0.5, max_backoff=3.0)
+    assert [policy.delay(n) for n in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+    with pytest.raises(ValueError, match="at least 1"):
+        RetryPolicy(max_consecutive_failures=0)
+    with pytest.raises(ValueError, match=">= 0"):
+        RetryPolicy(backoff=-1.0)
+
+
+def test_training_call_error_keeps_retryable_through_pickling() -> None:
+    import pickle
+
+    again = pickle.loads(pickle.dumps(TrainingCallError("x: HTTP 400: no", retryable=False)))
+    assert isinstance(again, TrainingCallError) and str(again) == "x: HTTP 400: no" and again.retryable is False
