@@ -100,7 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="overlap step t+1's rollouts with step t's training; drop rollouts older than this many versions")
     tr.add_argument("--seed", type=int, default=0, help="seed for task sampling and the policy's sampler")
     tr.add_argument("--resume", type=Path, default=None,
-                    help="start from a saved policy (a previous run's RUNDIR or RUNDIR/policy): weights, Adam state, version")
+                    help="continue a stopped run: with --out the same RUNDIR, pick up at the step after the last one "
+                         "in RUNDIR/metrics.jsonl (its checkpoint, appending to its files; --steps is the total); "
+                         "with another --out, start a new run from RUNDIR's saved policy (weights, Adam state, version)")
     _add_run_flags(tr)
     rp = sub.add_parser("report", help="write RUNDIR/report.html: curves, variants, group spread, timings",
                         description="Write RUNDIR/report.html (one self-contained page, figures inline) and "

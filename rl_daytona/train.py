@@ -8,7 +8,12 @@
 Invariant: the sampler and the trainer are one built-in model service, so the step after an
 `optim_step` samples the new weights; every rollout carries the version that sampled it. With
 `off_policy = k > 0` the rollouts of step t+1 run while step t trains, and the Learner drops
-rollouts more than k versions old. `metrics.jsonl` gets one line per step as it finishes.
+rollouts more than k versions old. `metrics.jsonl` gets one line per step as it finishes,
+after the step's training state is saved under `checkpoints/` (the line names it), so
+`--resume RUNDIR` continues at the step after the last line (see `learn.run_state`). Each
+step's tasks are drawn from `(seed, step)`, so a continued run samples what one uninterrupted
+would have. Training calls are retried under `retry` (a RetryPolicy); too many failures in a
+row stop the run with one line, everything finished until then kept.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from rl_daytona.eval import RolloutSink, fleet_plan, requests_for, sigterm_inter
 from rl_daytona.fleet import RolloutFleet as Fleet
 from rl_daytona.learn.clients import AdamParams, LocalTrainingClient, TrainingCallError
 from rl_daytona.learn.learner import LearnerConfig, StepReport
+from rl_daytona.learn.retry import RetryPolicy
+from rl_daytona.learn.run_state import INTERRUPTED, RunState, prepare_to_continue, prune_checkpoints, read_run
 from rl_daytona.pool import PoolConfig
 from rl_daytona.tasks import get_taskset
 from rl_daytona.types import Rollout, RolloutRequest, RolloutStatus, SandboxLimits, Settings
@@ -72,8 +79,10 @@ class TrainConfig:
     # sample from); None: the built-in model service. When the training client saves weights
     # for a separate sampler (Tinker), each step's path is posted to `<url>/sampler`.
     policy_server: Callable[[], Any] | None = None
-    # a saved built-in policy state (a previous run's RUNDIR/policy): weights, Adam moments, version
+    # a previous run's folder: the same as `out` continues that run at its next step; another
+    # folder (or RUNDIR/policy) starts this run from its saved policy (weights, Adam moments, version)
     resume: Path | None = None
+    retry: RetryPolicy = field(default_factory=RetryPolicy)  # for training calls
 
     def __post_init__(self) -> None:
         for name in ("steps", "tasks_per_step", "group", "eval_group", "max_concurrent", "rollout_actors"):
@@ -119,7 +128,8 @@ async def _evaluate(fleet: Fleet, cfg: TrainConfig, tag: str, sink: RolloutSink,
             "versions": sorted({r.trajectory.policy_version for r in rollouts})}
 
 
-def _step_requests(cfg: TrainConfig, step: int, rng: np.random.Generator) -> list[RolloutRequest]:
+def _step_requests(cfg: TrainConfig, step: int) -> list[RolloutRequest]:
+    rng = np.random.default_rng([cfg.seed, step])  # per step: a continued run draws the same tasks
     instances = get_taskset(cfg.taskset).split(cfg.train_split)
     replace_ = cfg.tasks_per_step > len(instances)
     picked = rng.choice(len(instances), size=cfg.tasks_per_step, replace=replace_)
@@ -163,7 +173,8 @@ class _Display:
 
 
 def _metrics_line(report: StepReport, rollout_seconds: float, step_seconds: float,
-                  heldout: dict[str, Any] | None, overlap: dict[str, float] | None) -> dict[str, Any]:
+                  heldout: dict[str, Any] | None, overlap: dict[str, float] | None,
+                  checkpoint: str | None) -> dict[str, Any]:
     """One metrics.jsonl line. `step_seconds` runs from the start of this step's rollouts (or,
     overlapped, from the end of the previous step) to the end of its training (and eval);
     `overlap`, when step t's training ran beside step t+1's rollouts, is that window's length
@@ -184,6 +195,7 @@ def _metrics_line(report: StepReport, rollout_seconds: float, step_seconds: floa
         "overlap": overlap,
         "counts": counts,
         "bytes_per_rollout_by_turns": _bytes_by_turns(report.rollout_bytes),
+        "training_calls": asdict(report.calls), "checkpoint": checkpoint,
     }
     return line
 
@@ -222,7 +234,7 @@ def plot_curve(metrics: list[dict[str, Any]], path: Path, title: str = "") -> No
 
 
 async def _train(cfg: TrainConfig, supply: tuple[BackendSpec, PoolConfig], url: str, console: Console,
-                 metrics_path: Path, sink: RolloutSink, start_version: int = 0) -> dict[str, Any]:
+                 metrics_path: Path, sink: RolloutSink, start: RunState = RunState((), 0, None, 0)) -> dict[str, Any]:
     import ray
 
     from rl_daytona import runtime
@@ -235,19 +247,37 @@ async def _train(cfg: TrainConfig, supply: tuple[BackendSpec, PoolConfig], url: 
     await fleet.start()
     learner_cfg = LearnerConfig(loss_fn=cfg.loss_fn, adam=AdamParams(learning_rate=cfg.lr),
                                 chunk_bytes=cfg.chunk_bytes, normalize_std=cfg.normalize_std,
-                                max_staleness=cfg.off_policy if cfg.off_policy else None)
+                                max_staleness=cfg.off_policy if cfg.off_policy else None, retry=cfg.retry)
     learner = runtime.start_learner(cfg.training_client or functools.partial(LocalTrainingClient, url), learner_cfg,
-                                    start_version)
+                                    start.version)
     display = _Display(console, cfg)
-    rng = np.random.default_rng(cfg.seed)
-    metrics: list[dict[str, Any]] = []
+    metrics: list[dict[str, Any]] = list(start.metrics)
     evals: dict[int, dict[str, Any]] = {}
     started = time.monotonic()
+    checkpoint = start.checkpoint
 
     def write(line: dict[str, Any]) -> None:
+        """Commit a finished step: its line, durably, then drop the checkpoints it replaced."""
         metrics.append(line)
         with metrics_path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(line) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        prune_checkpoints(cfg.out, line.get("checkpoint"))
+
+    async def train(step: int) -> StepReport:
+        """The step's optimizer step and its saved state (the run stops with one line if either fails)."""
+        nonlocal checkpoint
+        try:
+            report: StepReport = await learner.train_step.remote(step, str(cfg.out / "checkpoints" /
+                                                                           f"step-{step:06d}"))
+        except Exception as exc:  # noqa: BLE001 - a RayTaskError wrapping the Learner's error
+            raise TrainingStepFailed(f"step {step + 1}: training failed: {_one_line(exc)}", metrics, evals) from None
+        checkpoint = report.checkpoint or checkpoint
+        problem = await _use_sampler(url, report.sampler_path, report.version) if report.sampler_path else ""
+        if problem:
+            raise TrainingStepFailed(f"step {step + 1}: training failed: {problem}", metrics, evals)
+        return report
 
     async def evaluate(after_step: int) -> dict[str, Any]:
         display.phase(f"eval {cfg.eval_split} after step {after_step + 1}" if after_step >= 0
@@ -267,31 +297,24 @@ async def _train(cfg: TrainConfig, supply: tuple[BackendSpec, PoolConfig], url: 
 
     try:
         with display.progress:
-            first = await evaluate(-1)
-            write({"step": -1, "heldout_pass_rate": round(first["pass_rate"], 4), "policy_version": start_version,
-                   "train_pass_rate": None})
+            if not start.initial_eval_done:
+                first = await evaluate(-1)
+                write({"step": -1, "heldout_pass_rate": round(first["pass_rate"], 4),
+                       "policy_version": start.version, "train_pass_rate": None, "checkpoint": checkpoint})
             await pool.set_demand.remote(cfg.tasks_per_step * cfg.group)
-            requests = _step_requests(cfg, 0, rng)
             step_start = time.monotonic()
-            rollout_seconds = await collect(0, requests)
-            for step in range(cfg.steps):
+            rollout_seconds = await collect(start.next_step, _step_requests(cfg, start.next_step))
+            for step in range(start.next_step, cfg.steps):
                 next_task, overlap = None, None
                 window_start = time.monotonic()
                 if cfg.off_policy and step + 1 < cfg.steps and not wants_eval(step):
-                    next_requests = _step_requests(cfg, step + 1, rng)
-                    next_task = asyncio.ensure_future(collect(step + 1, next_requests))
+                    next_task = asyncio.ensure_future(collect(step + 1, _step_requests(cfg, step + 1)))
                 try:
-                    report: StepReport = await learner.train_step.remote(step)
-                except Exception as exc:  # noqa: BLE001 - a RayTaskError wrapping the Learner's error
+                    report = await train(step)
+                except TrainingStepFailed:
                     if next_task is not None:
                         next_task.cancel()
-                    raise TrainingStepFailed(step, _one_line(exc), metrics, evals) from None
-                if report.sampler_path:
-                    problem = await _use_sampler(url, report.sampler_path, report.version)
-                    if problem:
-                        if next_task is not None:
-                            next_task.cancel()
-                        raise TrainingStepFailed(step, problem, metrics, evals)
+                    raise
                 heldout = None
                 if next_task is not None:
                     next_rollout_seconds = await next_task
@@ -302,7 +325,7 @@ async def _train(cfg: TrainConfig, supply: tuple[BackendSpec, PoolConfig], url: 
                 if wants_eval(step):
                     heldout = await evaluate(step)
                 now = time.monotonic()
-                write(_metrics_line(report, rollout_seconds, now - step_start, heldout, overlap))
+                write(_metrics_line(report, rollout_seconds, now - step_start, heldout, overlap, checkpoint))
                 if not report.trained:
                     console.print(f"step {step + 1}: skipped ({report.skipped_reason})")
                 if step + 1 < cfg.steps:
@@ -310,8 +333,11 @@ async def _train(cfg: TrainConfig, supply: tuple[BackendSpec, PoolConfig], url: 
                     if next_task is not None:
                         rollout_seconds = next_rollout_seconds
                     else:
-                        rollout_seconds = await collect(step + 1, _step_requests(cfg, step + 1, rng))
-        saved = await learner.save.remote(str(cfg.out / "policy"))
+                        rollout_seconds = await collect(step + 1, _step_requests(cfg, step + 1))
+        try:
+            saved = await learner.save.remote(str(cfg.out / "policy"))
+        except Exception as exc:  # noqa: BLE001 - as in train(): the Learner gave up
+            raise TrainingStepFailed(f"saving the final policy failed: {_one_line(exc)}", metrics, evals) from None
         await fleet.close()
         await learner.close.remote()
     finally:
@@ -322,11 +348,19 @@ async def _train(cfg: TrainConfig, supply: tuple[BackendSpec, PoolConfig], url: 
 
 
 class TrainingStepFailed(TrainingCallError):
-    """A step's training calls failed after the Learner's retries; the run stops there."""
+    """Training calls failed past the Learner's retry policy; the run stops there. `metrics`
+    holds every completed step's line (the previous session's too when continued)."""
 
-    def __init__(self, step: int, reason: str, metrics: list[dict[str, Any]], evals: dict[int, Any]) -> None:
-        super().__init__(f"step {step + 1}: training failed: {reason}")
-        self.step, self.reason, self.metrics, self.evals = step, reason, metrics, evals
+    def __init__(self, message: str, metrics: list[dict[str, Any]], evals: dict[int, Any]) -> None:
+        super().__init__(message, retryable=False)
+        self.metrics, self.evals = metrics, evals
+
+    @property
+    def completed_steps(self) -> int:
+        return max((int(m["step"]) + 1 for m in self.metrics), default=0)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.metrics, self.evals))
 
 
 def _one_line(exc: BaseException) -> str:
@@ -343,22 +377,22 @@ def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any
     from rl_daytona.policy.launch import start_builtin_server
 
     console = console or Console()
-    if cfg.resume is not None:
-        if cfg.policy_server is not None or cfg.training_client is not None:
-            raise ValueError("--resume restarts the built-in model service; a custom trainer or sampler "
-                             "resumes from its own checkpoint")
-        base, start_version = resume_path(cfg.resume)
-        cfg = replace(cfg, resume=base)
-        console.print(f"resuming from {base} (policy version {start_version})")
-    else:
-        start_version = 0
     get_taskset(cfg.taskset).split(cfg.train_split)
     get_taskset(cfg.taskset).split(cfg.eval_split)
-    cfg.out.mkdir(parents=True, exist_ok=True)
+    start = _starting_point(cfg)
+    (cfg.out / "checkpoints").mkdir(parents=True, exist_ok=True)
     run_id = cfg.run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     cfg = replace(cfg, run_id=run_id)
     metrics_path = cfg.out / "metrics.jsonl"
-    metrics_path.write_text("")
+    if start.metrics:
+        moved = prepare_to_continue(cfg.out, start)
+        console.print(f"continuing {cfg.out} at step {start.next_step + 1} of {cfg.steps} (policy version "
+                      f"{start.version})" + (f"; {moved} rollouts of the interrupted step moved to {INTERRUPTED}"
+                                             if moved else ""))
+    else:
+        metrics_path.write_text("")
+        if start.checkpoint:
+            console.print(f"starting from {start.checkpoint} (policy version {start.version})")
     from rl_daytona.supply import supply_for
 
     supply = supply_for(cfg, console.print)
@@ -366,14 +400,14 @@ def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any
     sigterm_interrupts()
     with ExitStack() as stack:
         server = stack.enter_context(cfg.policy_server() if cfg.policy_server
-                                     else start_builtin_server(state=cfg.resume, seed=cfg.seed))
+                                     else start_builtin_server(state=_path_or_none(start.checkpoint), seed=cfg.seed))
         sink = RolloutSink(cfg.out / "rollouts.jsonl")
         stack.callback(sink.close)
         try:
-            result = asyncio.run(_train(cfg, supply, server.url, console, metrics_path, sink, start_version))
+            result = asyncio.run(_train(cfg, supply, server.url, console, metrics_path, sink, start))
         except TrainingStepFailed as failed:
             raise _keep_what_was_done(cfg, failed, server.url, run_id) from None
-    before = result["evals"].get(-1, {}).get("pass_rate")
+    before = next((m["heldout_pass_rate"] for m in result["metrics"] if m["step"] == -1), None)
     after = result["evals"].get(cfg.steps - 1, {}).get("pass_rate")
     plot_curve(result["metrics"], cfg.out / "curve.png", f"{cfg.taskset}: lr {cfg.lr}, {cfg.steps} steps")
     summary = {"run_id": run_id, "taskset": cfg.taskset, "steps": cfg.steps, "tasks_per_step": cfg.tasks_per_step,
@@ -383,7 +417,7 @@ def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any
                "pool": result["pool"],
                "evals": {str(k): v for k, v in result["evals"].items()}}
     (cfg.out / "summary.json").write_text(json.dumps(summary, indent=2))
-    console.print(f"held-out pass rate: {before:.1%} before -> {after:.1%} after {cfg.steps} steps "
+    console.print(f"held-out pass rate: {before or 0.0:.1%} before -> {after:.1%} after {cfg.steps} steps "
                   f"({result['wall_seconds']:.0f}s)")
     from rl_daytona.report import report_after_run
 
@@ -391,32 +425,61 @@ def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any
     return summary
 
 
+def _starting_point(cfg: TrainConfig) -> RunState:
+    """Fresh weights; or, with --resume, the run folder's next step (when it is `out` itself)
+    or a saved policy to start a new run from. A clear ValueError when that cannot be done."""
+    if cfg.resume is None:
+        return RunState((), 0, None, 0)
+    if cfg.policy_server is not None or cfg.training_client is not None:
+        raise ValueError("--resume restarts the built-in model service; a custom trainer or sampler "
+                         "resumes from its own checkpoint")
+    if Path(cfg.resume).resolve() == Path(cfg.out).resolve():
+        start = read_run(cfg.out)
+        if start.next_step >= cfg.steps:
+            raise ValueError(f"--resume {cfg.resume}: its {start.next_step} steps are done; "
+                             f"pass --steps above {start.next_step} to train on")
+        if start.checkpoint and "://" not in start.checkpoint:
+            resume_path(Path(start.checkpoint))  # the state is there and loads
+        return start
+    base, version = resume_path(cfg.resume)
+    return RunState((), 0, str(base), version)
+
+
+def _path_or_none(checkpoint: str | None) -> Path | None:
+    return Path(checkpoint) if checkpoint else None
+
+
 def _keep_what_was_done(cfg: TrainConfig, failed: TrainingStepFailed, url: str, run_id: str) -> TrainingCallError:
-    """After a failed step: save the weights of the last good step (when the service still
-    answers), the curve and a summary saying where the run stopped; return the one-line error."""
+    """After a failed step: the state of the last completed step is already in checkpoints/
+    (also saved as RUNDIR/policy when the built-in service still answers); write the curve and
+    a summary saying where the run stopped; return the one-line error."""
     saved = ""
     if cfg.training_client is None:
         try:
             saved = asyncio.run(_save_policy(url, str(cfg.out / "policy")))
         except TrainingCallError:
             saved = ""
-    plot_curve(failed.metrics, cfg.out / "curve.png", f"{cfg.taskset}: lr {cfg.lr}, stopped at step {failed.step + 1}")
+    done = failed.completed_steps
+    checkpoint = next((m.get("checkpoint") for m in reversed(failed.metrics)), None)
+    plot_curve(failed.metrics, cfg.out / "curve.png", f"{cfg.taskset}: lr {cfg.lr}, stopped at step {done + 1}")
     evals = failed.evals
-    summary = {"run_id": run_id, "taskset": cfg.taskset, "steps": cfg.steps, "completed_steps": failed.step,
-               "failed_step": failed.step, "error": str(failed), "policy_saved": saved or None,
-               "heldout_before": evals.get(-1, {}).get("pass_rate"),
+    summary = {"run_id": run_id, "taskset": cfg.taskset, "steps": cfg.steps, "completed_steps": done,
+               "failed_step": done, "error": str(failed), "policy_saved": saved or checkpoint,
+               "heldout_before": next((m["heldout_pass_rate"] for m in failed.metrics if m["step"] == -1), None),
                "evals": {str(k): v for k, v in evals.items()}}
     (cfg.out / "summary.json").write_text(json.dumps(summary, indent=2))
     from rl_daytona.report import report_after_run
 
     report_after_run(cfg.out)
     if saved:
-        kept = f"policy after step {failed.step} saved to {saved}"
-    elif cfg.training_client is None:
-        kept = "policy not saved (the model service did not answer)"
+        kept = f"policy after step {done} saved to {saved}"
+    elif checkpoint:
+        kept = f"policy after step {done} kept at {checkpoint}"
     else:
-        kept = "policy not saved (a custom training client keeps its own state)"
-    return TrainingCallError(f"{failed}; {kept}; metrics.jsonl and rollouts.jsonl keep every finished step")
+        kept = "no step trained (the policy is the one the run started from)"
+    again = f" (--resume {cfg.out} --out {cfg.out} continues it)" if cfg.training_client is None else ""
+    return TrainingCallError(f"{failed}; {kept}; metrics.jsonl and rollouts.jsonl keep every finished step{again}",
+                             retryable=False)
 
 
 def resume_path(path: Path) -> tuple[Path, int]:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from rl_daytona.learn.retry import RetryPolicy
 from rl_daytona.train import TrainConfig, run_train
 from rl_daytona.types import Settings
 
@@ -24,8 +25,9 @@ STEP_KEYS = {
     "step", "train_pass_rate", "heldout_pass_rate", "frac_groups_mixed", "frac_groups_all_pass",
     "frac_groups_all_fail", "datums", "chunks", "bytes_sent", "rollout_seconds", "train_seconds", "step_seconds",
     "policy_version", "trained", "skipped_reason", "loss", "mean_turns", "overlapped", "overlap", "counts",
-    "bytes_per_rollout_by_turns",
+    "bytes_per_rollout_by_turns", "training_calls", "checkpoint",
 }
+FAST_RETRY = RetryPolicy(max_consecutive_failures=10, backoff=0.01)
 
 
 @pytest.mark.usefixtures("ray_session")
@@ -59,7 +61,16 @@ def test_train_end_to_end_trains_the_served_policy(tmp_path: Path) -> None:
             assert m["skipped_reason"] == "no complete group had differing rewards"
             assert m["frac_groups_mixed"] == 0 and m["datums"] == m["bytes_sent"] == 0
         assert m["policy_version"] == trained_before
+        calls = m["training_calls"]
+        assert calls == ({"attempts": m["chunks"] + 2, "failures": 0, "retries": 0} if m["trained"]
+                         else {"attempts": 0, "failures": 0, "retries": 0})
+        if m["trained"]:  # each trained step's state is saved before its line is written
+            assert m["checkpoint"] == str(out / "checkpoints" / f"step-{m['step']:06d}")
     assert trained_before >= 1, "no step trained: every group agreed in every step"
+    last = step_lines[-1]["checkpoint"]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [f"{Path(last).name}.json",
+                                                                         f"{Path(last).name}.npz"]
+    assert json.loads(Path(last + ".json").read_text())["version"] == trained_before
     assert step_lines[-1]["heldout_pass_rate"] is not None
     assert all(m["heldout_pass_rate"] is None for m in step_lines[:-1])
 
@@ -152,7 +163,8 @@ def test_a_training_service_that_stops_answering_stops_the_run_in_one_line_keepi
     out = tmp_path / "run"
     dead = functools.partial(LocalTrainingClient, "http://127.0.0.1:9/v1", timeout=5.0)
     cfg = TrainConfig(out=out, taskset=TASKSET, steps=3, tasks_per_step=2, group=4, eval_group=2,
-                      max_concurrent=8, seed=0, settings=Settings(max_turns=3), training_client=dead)
+                      max_concurrent=8, seed=0, settings=Settings(max_turns=3), training_client=dead,
+                      retry=FAST_RETRY)
     with pytest.raises(TrainingCallError) as info:
         run_train(cfg)  # the first step with a mixed group calls forward_backward, and fails
     message = str(info.value)
@@ -161,8 +173,8 @@ def test_a_training_service_that_stops_answering_stops_the_run_in_one_line_keepi
     assert len(message.splitlines()) == 1, message
     assert message.startswith(f"step {failed + 1}: training failed: forward_backward: cannot reach "
                               "http://127.0.0.1:9/v1"), message
-    assert "policy not saved" in message  # a custom trainer's state is the trainer's to keep
-    assert summary["completed_steps"] == failed and summary["error"] == message.split("; policy")[0]
+    assert "(10 failures in a row, giving up); no step trained" in message
+    assert summary["completed_steps"] == failed and summary["error"] == message.split("; no step")[0]
     assert summary["heldout_before"] is not None and summary["evals"]["-1"]["rollouts"] == 2
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == list(range(-1, failed))  # every finished step (all skipped)
@@ -218,24 +230,80 @@ def test_train_with_tinker_on_both_sides(tmp_path: Path) -> None:
     assert dict(by_step) == {s: {v} for s, v in enumerate(versions_at_step)}
 
 
-@pytest.mark.usefixtures("ray_session")
-def test_resume_continues_from_the_saved_policy(tmp_path: Path) -> None:
-    """A second run started with --resume samples from the first run's final weights and
-    version, and its Adam state continues (the version keeps counting)."""
-    from rl_daytona.policy.model import PolicyModel
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
-    common = dict(taskset=TASKSET, tasks_per_step=2, group=4, eval_group=2, max_concurrent=8,
-                  settings=Settings(max_turns=3))
-    first = tmp_path / "first"
-    run_train(TrainConfig(out=first, steps=2, seed=0, **common))
-    saved = PolicyModel.load(first / "policy")
-    assert saved.version >= 1, "the first run never trained"
-    second = tmp_path / "second"
-    run_train(TrainConfig(out=second, steps=1, seed=1, resume=first, **common))
-    lines = [json.loads(line) for line in (second / "metrics.jsonl").read_text().splitlines()]
-    assert lines[0]["policy_version"] == saved.version
-    records = [json.loads(line) for line in (second / "rollouts.jsonl").read_text().splitlines()]
-    assert {r["trajectory"]["policy_version"] for r in records if r["group_id"].startswith(("train0/", "eval0/"))} \
-        == {saved.version}
-    after = PolicyModel.load(second / "policy")
-    assert after.version == saved.version + int(lines[-1]["trained"]) == lines[-1]["policy_version"]
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_run_stopped_by_a_failing_service_keeps_its_steps_and_resume_continues_it(tmp_path: Path) -> None:
+    """Training calls go through a fault proxy: one in five fails (503s, hangs past the client's
+    timeout) for steps 0 and 1, then every call fails. The run stops after ten failures in a
+    row, in one line, with the metrics, rollouts and checkpoint of every finished step on disk.
+    `--resume RUNDIR` into the same folder then continues at the next step from that checkpoint,
+    to 4 steps: each step's metrics line appears once, no rollout id twice, and the rollouts
+    the interrupted step had written are set aside, not mixed in."""
+    from contextlib import nullcontext
+
+    from rl_daytona.learn.clients import LocalTrainingClient, TrainingCallError
+    from rl_daytona.learn.run_state import INTERRUPTED
+    from rl_daytona.policy.launch import start_builtin_server
+    from rl_daytona.policy.model import PolicyModel
+    from tests.fakes.fault_proxy import FaultProxy, random_faults
+
+    out = tmp_path / "run"
+    common = dict(taskset=TASKSET, tasks_per_step=2, group=4, eval_group=2, max_concurrent=8, seed=0,
+                  settings=Settings(max_turns=3), retry=FAST_RETRY)
+    flaky = random_faults(0.2, seed=2)
+
+    def plan(route: str, index: int) -> str:
+        steps_done = sum(1 for m in _lines(out / "metrics.jsonl") if m["step"] >= 0)
+        return "503" if steps_done >= 2 else flaky(route, index)
+
+    server = start_builtin_server(seed=0)
+    try:
+        with FaultProxy(server.url, plan, hang_seconds=2.5) as proxy:
+            cfg = TrainConfig(out=out, steps=3, policy_server=lambda: nullcontext(server),
+                              training_client=functools.partial(LocalTrainingClient, proxy.url, timeout=2.0),
+                              **common)
+            with pytest.raises(TrainingCallError) as info:
+                run_train(cfg)
+    finally:
+        server.close()
+    message = str(info.value)
+    first = _lines(out / "metrics.jsonl")
+    done = first[-1]["step"] + 1  # 2, or 3 when step 2 had nothing to train and the final save failed
+    assert len(message.splitlines()) == 1 and "(10 failures in a row, giving up)" in message, message
+    assert message.startswith(f"step {done + 1}: training failed: " if done == 2
+                              else "saving the final policy failed: "), message
+    assert [kind for _, kind in proxy.calls[-10:]] == ["503"] * 10
+    assert [m["step"] for m in first] == list(range(-1, done))
+    faults = sum(m["training_calls"]["failures"] for m in first[1:])
+    assert faults == sum(1 for _, kind in proxy.calls if kind != "ok") - 10, "every earlier fault was absorbed"
+    trained = [m for m in first[1:] if m["trained"]]
+    checkpoint = first[-1]["checkpoint"]
+    if trained:  # the state of the last finished step is on disk, named by its line
+        assert checkpoint == str(out / "checkpoints" / f"step-{trained[-1]['step']:06d}")
+        assert PolicyModel.load(checkpoint).version == first[-1]["policy_version"] == len(trained)
+        assert f"kept at {checkpoint}" in message
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["completed_steps"] == done and summary["error"] in message
+    records = _lines(out / "rollouts.jsonl")
+    assert all(sum(r["group_id"].startswith(f"train{s}/") for r in records) == 8 for s in range(done))
+
+    print(f"\nRUNFAULTS {len(proxy.calls)} training calls, {faults} failures absorbed in {done} steps, "
+          f"stopped after 10 in a row; resumed at step {done}, {len(trained)} trained before the stop")
+    run_train(TrainConfig(out=out, steps=4, resume=out, **common))
+    lines = _lines(out / "metrics.jsonl")
+    assert [m["step"] for m in lines] == list(range(-1, 4)) and lines[:len(first)] == first
+    records = _lines(out / "rollouts.jsonl")
+    ids = [r["rollout_id"] for r in records]
+    assert len(ids) == len(set(ids)), "a rollout recorded twice"
+    assert all(sum(r["group_id"].startswith(f"train{s}/") for r in records) == 8 for s in range(4))
+    resumed = {r["trajectory"]["policy_version"] for r in records if r["group_id"].startswith(f"train{done}/")}
+    assert resumed == {first[-1]["policy_version"]}, "the continued run samples the checkpoint's weights"
+    aside = _lines(out / INTERRUPTED) if (out / INTERRUPTED).exists() else []
+    assert {r["group_id"].split("/")[0] for r in aside} <= {f"train{done}"}
+    assert len(aside) == (8 if done == 2 else 0)
+    final = PolicyModel.load(out / "policy")
+    assert final.version == lines[-1]["policy_version"] == sum(m["trained"] for m in lines[1:])
+    assert json.loads((out / "summary.json").read_text())["heldout_before"] == lines[0]["heldout_pass_rate"]

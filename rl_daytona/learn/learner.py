@@ -63,6 +63,7 @@ class StepReport:
     rollout_bytes: tuple[tuple[int, int], ...]  # (turns, datum bytes) per trained rollout
     sampler_path: str = ""  # the new weights for a separate sampling service (Tinker), when there is one
     calls: CallStats = CallStats()  # training calls this step sent (retries included) and how many failed
+    checkpoint: str = ""  # where the state after this step was saved, when it trained and was asked to
 
 
 @dataclass
@@ -136,8 +137,9 @@ class Learner:
         out["groups_without_tokens"] = state.datum_errors
         return out
 
-    async def train_step(self, step: int) -> StepReport:
-        """One optimizer step on every complete group of `step` (or a skip that says why)."""
+    async def train_step(self, step: int, checkpoint: str = "") -> StepReport:
+        """One optimizer step on every complete group of `step` (or a skip that says why); with
+        `checkpoint`, a step that trained then saves the training state under that name."""
         state = self._steps.pop(step, None)
         if state is None:
             raise ValueError(f"train_step({step}) for a step that was never begun (or already trained)")
@@ -166,10 +168,11 @@ class Learner:
             sent += result.bytes_sent
         stepped = await self._retrier.call(client.optim_step, self.config.adam)
         self.version = stepped.version
+        saved = await self._retrier.call(client.save_state, checkpoint) if checkpoint else ""
         return StepReport(trained=True, skipped_reason="", version=self.version, bytes_sent=sent, loss=loss,
                           train_seconds=time.monotonic() - started,
                           sampler_path=getattr(stepped, "sampler_path", "") or "",
-                          calls=self._retrier.stats.minus(calls_before), **base)
+                          calls=self._retrier.stats.minus(calls_before), checkpoint=saved, **base)
 
     async def save(self, name: str) -> str:
         """Save the training state under `name` (retried like every training call); its path."""

@@ -1,0 +1,79 @@
+"""Reading a stopped run back (learn.run_state) and where `--resume` starts (train._starting_point),
+on run folders laid out as `rl-daytona train` writes them; no Ray."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rl_daytona.learn.run_state import INTERRUPTED, RunState, prepare_to_continue, prune_checkpoints, read_run
+from rl_daytona.policy.model import PolicyModel
+from rl_daytona.train import TrainConfig, _starting_point
+
+
+def _line(step: int, version: int, checkpoint: str | None) -> str:
+    return json.dumps({"step": step, "policy_version": version, "checkpoint": checkpoint}) + "\n"
+
+
+def _record(rollout_id: str, group_id: str) -> str:
+    return json.dumps({"rollout_id": rollout_id, "group_id": group_id}) + "\n"
+
+
+@pytest.fixture
+def stopped(tmp_path: Path) -> Path:
+    """Steps 0 and 1 done (1 trained to version 1), step 2 interrupted mid-rollouts, a torn last line."""
+    out = tmp_path / "run"
+    (out / "checkpoints").mkdir(parents=True)
+    ckpt = str(out / "checkpoints" / "step-000001")
+    PolicyModel(version=1).save(ckpt)
+    PolicyModel(version=0).save(out / "checkpoints" / "step-000002")  # saved, but its line never written
+    (out / "metrics.jsonl").write_text(_line(-1, 0, None) + _line(0, 0, None) + _line(1, 1, ckpt) + '{"step": 2, "po')
+    (out / "rollouts.jsonl").write_text(
+        _record("eval0-a-0", "eval0/a") + _record("train0/0/a/0", "train0/0/a") + _record("train1/0/a/0", "train1/0/a")
+        + _record("train2/0/a/0", "train2/0/a") + _record("eval3-a-0", "eval3/a") + '{"rollout_id": "tor')
+    return out
+
+
+def test_a_stopped_run_continues_after_its_last_complete_line(stopped: Path) -> None:
+    state = read_run(stopped)
+    assert state.next_step == 2 and state.version == 1 and state.initial_eval_done
+    assert state.checkpoint == str(stopped / "checkpoints" / "step-000001")
+    assert state.completed == {-1, 0, 1}
+
+
+def test_continuing_sets_aside_what_the_interrupted_step_wrote(stopped: Path) -> None:
+    moved = prepare_to_continue(stopped, read_run(stopped))
+    assert moved == 2
+    kept = [json.loads(t)["rollout_id"] for t in (stopped / "rollouts.jsonl").read_text().splitlines()]
+    aside = [json.loads(t)["rollout_id"] for t in (stopped / INTERRUPTED).read_text().splitlines()]
+    assert kept == ["eval0-a-0", "train0/0/a/0", "train1/0/a/0"] and aside == ["train2/0/a/0", "eval3-a-0"]
+    assert [json.loads(t)["step"] for t in (stopped / "metrics.jsonl").read_text().splitlines()] == [-1, 0, 1]
+    assert prepare_to_continue(stopped, read_run(stopped)) == 0, "continuing twice moves nothing more"
+    prune_checkpoints(stopped, read_run(stopped).checkpoint)
+    assert sorted(p.name for p in (stopped / "checkpoints").iterdir()) == ["step-000001.json", "step-000001.npz"]
+
+
+def test_lines_out_of_order_end_the_completed_prefix(tmp_path: Path) -> None:
+    (tmp_path / "metrics.jsonl").write_text(_line(-1, 0, None) + _line(0, 0, None) + _line(2, 0, None))
+    assert read_run(tmp_path).next_step == 1
+    (tmp_path / "metrics.jsonl").write_text("")
+    assert read_run(tmp_path) == RunState((), 0, None, 0)
+
+
+def test_where_resume_starts(stopped: Path, tmp_path: Path) -> None:
+    common = dict(taskset="tests.learn.small_calc:SMALL_CALC", tasks_per_step=2, group=4)
+    in_place = _starting_point(TrainConfig(out=stopped, steps=4, resume=stopped, **common))
+    assert (in_place.next_step, in_place.version) == (2, 1)
+    with pytest.raises(ValueError, match=r"its 2 steps are done; pass --steps above 2"):
+        _starting_point(TrainConfig(out=stopped, steps=2, resume=stopped, **common))
+    # another --out: a new run from the folder's saved policy (RUNDIR/policy)
+    PolicyModel(version=1).save(stopped / "policy")
+    fresh = _starting_point(TrainConfig(out=tmp_path / "new", steps=4, resume=stopped, **common))
+    assert fresh == RunState((), 0, str(stopped / "policy"), 1)
+    with pytest.raises(ValueError, match="no metrics.jsonl there"):
+        _starting_point(TrainConfig(out=tmp_path / "empty", steps=4, resume=tmp_path / "empty", **common))
+    (stopped / "checkpoints" / "step-000001.npz").unlink()
+    with pytest.raises(ValueError, match="no saved policy there"):
+        _starting_point(TrainConfig(out=stopped, steps=4, resume=stopped, **common))
