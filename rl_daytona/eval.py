@@ -98,7 +98,8 @@ def fleet_plan(cfg: Any) -> Any:
     from rl_daytona.fleet import FleetPlan
 
     return FleetPlan(actors=cfg.rollout_actors, per_node=cfg.rollout_actors_per_node,
-                     concurrency=cfg.rollout_concurrency, max_concurrent=cfg.max_concurrent)
+                     concurrency=cfg.rollout_concurrency, max_concurrent=cfg.max_concurrent,
+                     rollout_deadline=cfg.settings.rollout_deadline)
 
 
 def _progress(console: Console) -> Progress:

@@ -7,17 +7,22 @@ cluster, or its process died) runs again once, on another live actor (on another
 there is one) and so on a fresh sandbox; if that one is lost too, or no actor is left, the
 request becomes an `infra_error` rollout. A node that joins mid-run gets RolloutActors at the
 next watch tick and takes new work from then on; actors on a node that left get no more work.
+Every await on an actor is bounded: a rollout not back within its deadline plus a grace counts
+its actor as lost (wedged: it is stopped). The sandboxes a lost actor held are reclaimed (the
+pool deletes them at once, not at shutdown). A `Watchdog` reports rollouts past 80% of their
+deadline and waits on the last few (`counts["stragglers"]`, `counts["tail_waits"]`).
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from rl_daytona.placement import NodeInfo, alive_nodes, share_for_new_node, spread
 from rl_daytona.rollout import ActorStats
 from rl_daytona.types import PhaseTimings, Rollout, RolloutRequest, RolloutStatus, Trajectory
+from rl_daytona.watchdog import Watchdog, WatchdogConfig
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,7 @@ class FleetPlan:
     concurrency: int = 0  # rollouts in flight per actor; 0: max_concurrent / actors placed, rounded up
     max_concurrent: int = 64  # rollouts in flight across the whole fleet
     watch_seconds: float = 2.0  # how often the cluster's nodes are re-read; 0: never
+    rollout_deadline: float = 0.0  # each rollout's deadline (Settings.rollout_deadline); 0: unbounded, no watchdog
 
     def __post_init__(self) -> None:
         if self.actors < 1 or self.max_concurrent < 1:
@@ -40,11 +46,21 @@ class FleetPlan:
         """Rollouts in flight per actor when `placed` actors start the run."""
         return self.concurrency or -(-self.max_concurrent // max(placed, 1))
 
+    @property
+    def result_bound(self) -> float | None:
+        """How long the fleet waits for one rollout before its actor counts as wedged: the actor
+        ends every rollout at its deadline, so past deadline + grace something below it is stuck."""
+        return self.rollout_deadline + 10.0 + 0.1 * self.rollout_deadline if self.rollout_deadline > 0 else None
+
 
 # (node id, actor name, rollouts in flight it must hold) -> a RolloutActor handle pinned to that node
 Spawn = Callable[[str, str, int], Any]
 # which alive nodes may hold RolloutActors (e.g. only the pool's machine for local sandboxes)
 NodeFilter = Callable[[list[NodeInfo]], list[NodeInfo]]
+# actor name -> awaitable: the pool deletes the sandboxes that actor claimed (it is gone)
+Reclaim = Callable[[str], Awaitable[Any]]
+# actor handle -> None: stop a wedged actor for good
+Stop = Callable[[Any], None]
 
 
 def lost_actor_errors() -> tuple[type[BaseException], ...]:
@@ -64,9 +80,14 @@ class _Member:
 
 class RolloutFleet:
     def __init__(self, spawn: Spawn, plan: FleetPlan, taskset: str, driver_node: str = "",
-                 eligible: NodeFilter | None = None) -> None:
+                 eligible: NodeFilter | None = None, reclaim: Reclaim | None = None,
+                 stop: Stop | None = None) -> None:
         self._spawn, self.plan, self.taskset, self.driver_node = spawn, plan, taskset, driver_node
         self._eligible = eligible or (lambda nodes: nodes)
+        self._reclaim, self._stop = reclaim, stop
+        self._reclaims: set[asyncio.Task[Any]] = set()
+        self.watchdog = Watchdog(WatchdogConfig(deadline=plan.rollout_deadline))
+        self._watchdog_task: asyncio.Task[None] | None = None
         self._members: list[_Member] = []
         self._known: set[str] = set()
         self._changed = asyncio.Condition()
@@ -74,7 +95,13 @@ class RolloutFleet:
         self._capacity = 0
         self._turn = 0
         self._watcher: asyncio.Task[None] | None = None
-        self.counts = {"redispatched": 0, "lost": 0, "actors_lost": 0, "nodes_joined": 0, "nodes_lost": 0}
+        self._counts = {"redispatched": 0, "lost": 0, "actors_lost": 0, "nodes_joined": 0, "nodes_lost": 0,
+                        "wedged": 0, "sandboxes_reclaimed": 0}
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """What the fleet survived, with the watchdog's reports."""
+        return {**self._counts, **self.watchdog.counts}
 
     async def start(self, nodes: list[NodeInfo] | None = None) -> None:
         """Place the first actors on the alive nodes and start watching for joins and losses."""
@@ -86,6 +113,8 @@ class RolloutFleet:
             self._add(node_id)
         if self.plan.watch_seconds > 0:
             self._watcher = asyncio.ensure_future(self._watch())
+        if self.plan.rollout_deadline > 0:
+            self._watchdog_task = asyncio.ensure_future(self.watchdog.run())
 
     @property
     def actors(self) -> list[Any]:
@@ -112,19 +141,21 @@ class RolloutFleet:
             member = await self._acquire(avoid_node=failed_on)
             if member is None:
                 break
-            self.counts["redispatched"] += attempt
+            self._counts["redispatched"] += attempt
+            self.watchdog.started(request.rollout_id)
             try:
                 ref = member.actor.run.remote(request)
-                rollout = await ref
-            except lost_actor_errors():
-                self._lose(member)
+                rollout = await asyncio.wait_for(_awaited(ref), self.plan.result_bound)
+            except (asyncio.TimeoutError, *lost_actor_errors()) as exc:
+                self._lose(member, wedged=isinstance(exc, asyncio.TimeoutError))
                 failed_on = member.node_id
                 continue
             finally:
+                self.watchdog.finished(request.rollout_id)
                 await self._release(member)
             # a rollout held on another node's object store would vanish with that node
             return (ref if member.node_id == self.driver_node else ray.put(rollout)), rollout
-        self.counts["lost"] += 1
+        self._counts["lost"] += 1
         rollout = self._lost_rollout(request)
         return ray.put(rollout), rollout
 
@@ -133,7 +164,7 @@ class RolloutFleet:
         nodes = self._eligible(nodes)
         alive = {n.node_id for n in nodes}
         for gone in self._known - alive:
-            self.counts["nodes_lost"] += 1
+            self._counts["nodes_lost"] += 1
             for m in self._members:
                 if m.node_id == gone:
                     self._lose(m)
@@ -141,7 +172,7 @@ class RolloutFleet:
         for node in nodes:
             if node.node_id not in self._known:
                 self._known.add(node.node_id)
-                self.counts["nodes_joined"] += 1
+                self._counts["nodes_joined"] += 1
                 for _ in range(share_for_new_node(len(self._known), self.plan.actors, self.plan.per_node)):
                     self._add(node.node_id)
         async with self._changed:
@@ -158,9 +189,10 @@ class RolloutFleet:
 
     async def close(self) -> None:
         """Stop watching and close every live actor (their sandboxes' releases are awaited)."""
-        if self._watcher is not None:
-            self._watcher.cancel()
-            await asyncio.gather(self._watcher, return_exceptions=True)
+        for task in (self._watcher, self._watchdog_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
 
         async def close_one(m: _Member) -> None:
             try:
@@ -169,6 +201,7 @@ class RolloutFleet:
                 self._lose(m)
 
         await asyncio.gather(*(close_one(m) for m in self._members if m.alive))
+        await asyncio.gather(*self._reclaims, return_exceptions=True)
 
     # -- internals ----------------------------------------------------------------------
 
@@ -205,10 +238,27 @@ class RolloutFleet:
         size = len(self._members)
         return min(elsewhere or free, key=lambda m: (m.in_flight, (m.index - self._turn) % size))
 
-    def _lose(self, member: _Member) -> None:
-        if member.alive:
-            member.alive = False
-            self.counts["actors_lost"] += 1
+    def _lose(self, member: _Member, wedged: bool = False) -> None:
+        """Give `member` no more work and have the pool delete the sandboxes it held (a
+        wedged actor is stopped first, so it cannot touch them again)."""
+        if not member.alive:
+            return
+        member.alive = False
+        self._counts["actors_lost"] += 1
+        if wedged:
+            self._counts["wedged"] += 1
+            if self._stop is not None:
+                self._stop(member.actor)
+        if self._reclaim is not None:
+            task = asyncio.ensure_future(self._reclaim_from(member.name))
+            self._reclaims.add(task)
+            task.add_done_callback(self._reclaims.discard)
+
+    async def _reclaim_from(self, name: str) -> None:
+        try:
+            self._counts["sandboxes_reclaimed"] += int(await asyncio.wait_for(_awaited(self._reclaim(name)), 60.0))
+        except Exception:  # noqa: BLE001 - the pool's shutdown still deletes everything of the run
+            pass
 
     async def _watch(self) -> None:
         while True:
@@ -228,3 +278,8 @@ class RolloutFleet:
                        status=RolloutStatus.INFRA_ERROR, timings=PhaseTimings(), trajectory=Trajectory(),
                        error="the RolloutActor running this rollout was lost, and no other actor could "
                              "run it to the end (lost too, or none left)")
+
+
+async def _awaited(awaitable: Any) -> Any:
+    """A coroutine awaiting `awaitable` (an ObjectRef is awaitable but not a coroutine)."""
+    return await awaitable

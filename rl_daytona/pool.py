@@ -69,26 +69,49 @@ class SandboxPool:
         self._provider: dict[str, Any] = {}
         self._fatal: BackendAuthError | None = None  # rejected credentials: no create is tried again
         self._fatal_set = asyncio.Event()
+        self._claimer_of: dict[str, str] = {}  # sandbox id -> the RolloutActor that claimed it
+        self._lost_claimers: set[str] = set()  # reclaimed: a claim of theirs still waiting is refused
+        self._started: asyncio.Future[int] | None = None  # start()'s reap (a restarted pool runs it lazily)
+        self._counts.update(reclaimed=0, reaped=0)
         self._parents_out = 0  # ready sandboxes taken out of the queue while they fork a child
         self._probing = 0  # sandboxes taken by a claim, being probed
 
     async def start(self) -> int:
         """Reap sandboxes a previous run with this id left behind; returns how many.
 
-        Provisioning starts with `set_demand` or the first claim, not here."""
+        Provisioning starts with `set_demand` or the first claim, not here. A pool whose start
+        was never awaited (a restarted actor: Ray re-runs only the constructor) runs it before
+        its first claim, so the sandboxes its dead predecessor held are deleted by label."""
+        if self._started is None:
+            self._started = asyncio.ensure_future(self._reap_orphans())
+        return await asyncio.shield(self._started)
+
+    async def _reap_orphans(self) -> int:
         await self.provisioner.start()
         orphans = await self.backend.list_sandboxes(self.run_id)
         await asyncio.gather(*(self._delete(h) for h in orphans))
+        self._counts["reaped"] += len(orphans)
         return len(orphans)
+
+    async def _start_once(self) -> None:
+        try:
+            await self.start()
+        except BackendAuthError:
+            raise
+        except Exception:  # noqa: BLE001 - a failed reap leaves orphans to shutdown's sweep by label
+            pass
 
     async def set_demand(self, claims_expected: int | None) -> None:
         """Tell the pool how many claims are coming, so it provisions ahead and no further."""
+        await self._start_once()
         self._demand_left = claims_expected
         await self.provisioner.size_for(claims_expected or 0)
         self._top_up()
 
-    async def claim(self, timeout: float | None = None) -> SandboxHandle:
-        """A live sandbox for one rollout; raises ClaimTimeoutError past the deadline."""
+    async def claim(self, timeout: float | None = None, claimer: str = "") -> SandboxHandle:
+        """A live sandbox for one rollout; raises ClaimTimeoutError past the deadline. `claimer`
+        (a RolloutActor's name) is remembered, so `reclaim(claimer)` can delete what it held."""
+        await self._start_once()
         started = time.monotonic()
         deadline = started + (timeout or self.config.claim_timeout)
         while True:
@@ -100,8 +123,14 @@ class SandboxPool:
             if alive:
                 break
             self._counts["probe_failed"] += 1
+            self._log("probe_failed", handle)
             self._spawn(self._delete(handle), self._deletes)
             self._top_up()
+        if claimer and claimer in self._lost_claimers:  # reclaimed while this claim waited
+            self._spawn(self._delete(handle), self._deletes)
+            raise ClaimTimeoutError(f"claimer {claimer} was reclaimed (lost) while its claim waited")
+        if claimer:
+            self._claimer_of[handle.sandbox_id] = claimer
         self._in_use[handle.sandbox_id] = handle
         self._counts["claimed"] += 1
         self._waits.append(time.monotonic() - started)
@@ -111,9 +140,24 @@ class SandboxPool:
 
     async def release(self, handle: SandboxHandle) -> None:
         """Hand a sandbox back; it is deleted in the background."""
+        self._claimer_of.pop(handle.sandbox_id, None)
         if self._in_use.pop(handle.sandbox_id, None) is not None:
             self._counts["released"] += 1
         self._spawn(self._delete(handle), self._deletes)
+
+    async def reclaim(self, claimer: str) -> int:
+        """`claimer` is gone (its releases will never come): delete every sandbox it holds now,
+        not at shutdown, and refuse its claims still waiting. Returns how many were reclaimed."""
+        self._lost_claimers.add(claimer)
+        ids = [sid for sid, who in self._claimer_of.items() if who == claimer]
+        for sid in ids:
+            del self._claimer_of[sid]
+            handle = self._in_use.pop(sid, None)
+            if handle is not None:
+                self._counts["reclaimed"] += 1
+                self._log("reclaimed", handle)
+                self._spawn(self._delete(handle), self._deletes)
+        return len(ids)
 
     async def fork(self, parent: SandboxHandle) -> SandboxHandle:
         """A copy-on-write child of a claimed sandbox, itself claimed by the caller."""

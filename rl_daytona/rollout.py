@@ -2,7 +2,9 @@
 
 Invariant: every request returns exactly one typed `Rollout`; a failure becomes a status
 (infra_error / agent_error / timeout), never an exception and never a silent reward 0; the
-sandbox a rollout claimed is always released, off the rollout's clock. Plain class: Ray
+sandbox a rollout claimed is always released, off the rollout's clock. Claims carry the
+actor's name, so the pool can reclaim what a lost actor held; a claim or release that the pool's
+death cut off (Ray restarts the pool) is tried once more on the restarted pool. Plain class: Ray
 options are applied in the composition root.
 """
 
@@ -31,13 +33,14 @@ class ActorStats:
     in_flight: int
     sandbox_cpu_seconds: float
     node_id: str
+    pool_calls_retried: int = 0  # claims and releases tried again after the pool died
 
 
-async def call(target: Any, method: str, *args: Any) -> Any:
+async def call(target: Any, method: str, *args: Any, **kwargs: Any) -> Any:
     """Call an async method on a Ray actor handle or on a plain object alike."""
     fn = getattr(target, method)
     remote = getattr(fn, "remote", None)
-    return await (remote(*args) if remote is not None else fn(*args))
+    return await (remote(*args, **kwargs) if remote is not None else fn(*args, **kwargs))
 
 
 def _node_id() -> str:
@@ -81,6 +84,17 @@ class RolloutActor:
         self._in_flight = 0
         self._cpu_at_start = self._children_cpu()
         self._node = _node_id()
+        self._pool_retries = 0
+
+    async def _pool_call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A call on the pool, tried once more when the pool actor died under it (restarted)."""
+        from rl_daytona.fleet import lost_actor_errors
+
+        try:
+            return await call(self.pool, method, *args, **kwargs)
+        except lost_actor_errors():
+            self._pool_retries += 1
+            return await call(self.pool, method, *args, **kwargs)
 
     async def run(self, request: RolloutRequest) -> Rollout:
         """Claim, seed, agent loop, grade, release: one attempt, bounded by the deadline."""
@@ -106,7 +120,7 @@ class RolloutActor:
 
     async def _attempt(self, request: RolloutRequest, phases: _Phases, state: "_State") -> None:
         instance = self.taskset.get(request.task_id)
-        state.sandbox = await call(self.pool, "claim")
+        state.sandbox = await self._pool_call("claim", claimer=self.name)
         phases.mark("claim")
         run = instance.start(TaskEnv(self.backend, state.sandbox, self.settings.exec_timeout))
         prompt = await run.prompt()
@@ -117,7 +131,7 @@ class RolloutActor:
         phases.mark("grade")
 
     def _release(self, sandbox: SandboxHandle) -> None:
-        task = asyncio.ensure_future(call(self.pool, "release", sandbox))
+        task = asyncio.ensure_future(self._release_quietly(sandbox))
         self._releases.add(task)
         task.add_done_callback(self._releases.discard)
 
@@ -134,9 +148,15 @@ class RolloutActor:
             node_id=self._node, actor=self.name, started_at=time.time() - phases.timings().total,
         )
 
+    async def _release_quietly(self, sandbox: SandboxHandle) -> None:
+        try:
+            await self._pool_call("release", sandbox)
+        except Exception:  # noqa: BLE001 - a pool gone for good: its restart or shutdown reaps by label
+            pass
+
     async def stats(self) -> ActorStats:
         cpu = self._children_cpu() - self._cpu_at_start
-        return ActorStats(self.name, self._done, self._in_flight, cpu, self._node)
+        return ActorStats(self.name, self._done, self._in_flight, cpu, self._node, self._pool_retries)
 
     async def close(self) -> None:
         await asyncio.gather(*self._releases, return_exceptions=True)

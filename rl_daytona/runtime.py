@@ -4,7 +4,10 @@ Invariant: a run has exactly one SandboxPool, named after the run id; RolloutAct
 CPU slots (their work is I/O and sandbox processes), so they never starve Ray's scheduler on
 a small machine, and they are pinned to nodes as `rl_daytona.placement` deals them (local
 sandboxes: only nodes on the pool's machine); the pool and the Learner live on the home node
-(a `learner` node, else the head).
+(a `learner` node, else the head). A pool that dies is restarted by Ray (up to
+`POOL_RESTARTS` times, on the home node, under the same name): its first claim after the restart
+reaps the run's sandboxes by label, and each RolloutActor retries a claim once that the death cut
+off. A RolloutActor the fleet loses has its sandboxes reclaimed by the pool; a wedged one is killed.
 """
 
 from __future__ import annotations
@@ -51,6 +54,9 @@ def policy_host() -> str:
     return ray.util.get_node_ip_address()
 
 
+POOL_RESTARTS = 3
+
+
 def pool_name(run_id: str) -> str:
     return f"rl-daytona-pool-{run_id}"
 
@@ -66,7 +72,7 @@ def _on_home_node() -> Any:
 def start_pool(spec: BackendSpec, run_id: str, config: PoolConfig) -> Any:
     actor = ray.remote(SandboxPool).options(
         name=pool_name(run_id), num_cpus=0, max_concurrency=100_000, lifetime=None,
-        scheduling_strategy=_on_home_node())
+        max_restarts=POOL_RESTARTS, max_task_retries=0, scheduling_strategy=_on_home_node())
     return actor.remote(spec, run_id, config)
 
 
@@ -100,7 +106,8 @@ def start_fleet(pool: Any, spec: BackendSpec, taskset: str, settings: Settings, 
 
     spawn = rollout_spawner(pool, spec, taskset, settings)
     return RolloutFleet(spawn, plan, taskset, driver_node=ray.get_runtime_context().get_node_id(),
-                        eligible=eligible)
+                        eligible=eligible, reclaim=lambda claimer: pool.reclaim.remote(claimer),
+                        stop=lambda actor: ray.kill(actor, no_restart=True))
 
 
 def start_learner(client: Any, config: Any, version: int = 0) -> Any:

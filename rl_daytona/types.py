@@ -107,6 +107,8 @@ class PoolStats:
     failed: int = 0
     deleted: int = 0
     probe_failed: int = 0
+    reclaimed: int = 0  # claimed by a RolloutActor that was lost, deleted when the fleet said so
+    reaped: int = 0  # the run's sandboxes found at start (or at a restart) and deleted
     claim_wait_p50: float = 0.0
     claim_wait_p95: float = 0.0
     in_use: int = 0
