@@ -1,0 +1,148 @@
+"""Actors dying mid-run, under the session's real Ray: a RolloutActor killed mid-rollout, and the
+SandboxPool killed mid-run (Ray restarts it). Local bwrap sandboxes, the cheap taskset, the
+per-conversation scripted policy; every finished attempt goes to a real `Learner` the way
+`rl-daytona train` sends it (infra failures come back as retries, dispatched again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import ray
+
+from rl_daytona import runtime
+from rl_daytona.backends import BackendSpec
+from rl_daytona.backends.local import LocalBackend
+from rl_daytona.eval import requests_for
+from rl_daytona.fleet import FleetPlan
+from rl_daytona.learn.learner import Learner, LearnerConfig
+from rl_daytona.pool import PoolConfig
+from rl_daytona.types import Rollout, RolloutRequest, RolloutStatus, Settings
+from tests.reliability.cheap_task import SOLVE
+from tests.reliability.harness import TASKSET
+from tests.reliability.turn_llm import TurnLLM
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+GROUP = 4
+
+
+async def _through_learner(fleet: Any, learner: Learner, requests: list[RolloutRequest],
+                           on_done: Callable[[Rollout], None]) -> list[Rollout]:
+    """train's dispatch loop: each finished attempt to the Learner, its retries dispatched again."""
+    seen: list[Rollout] = []
+
+    async def one(request: RolloutRequest) -> None:
+        _, rollout = await fleet.run(request)
+        seen.append(rollout)
+        on_done(rollout)
+        retries = await learner.add(rollout)
+        await asyncio.gather(*(one(r) for r in retries))
+
+    await asyncio.gather(*(one(r) for r in requests))
+    return seen
+
+
+def _groups(requests: list[RolloutRequest]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in requests:
+        out[r.group_id] = out.get(r.group_id, 0) + 1
+    return out
+
+
+def _ledger(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+async def _run(tmp_path: Path, run_id: str, pool_config: PoolConfig, fault: Callable[[Any, Any], None],
+               llm_delay: float) -> dict[str, Any]:
+    """16 attempts (4 tasks x 4) on 2 RolloutActors; `fault(pool, fleet)` fires when the first comes back."""
+    spec = BackendSpec(root=str(tmp_path / "sb"))
+    requests = requests_for(TASKSET, "heldout", GROUP)[: 4 * GROUP]
+    with TurnLLM([SOLVE], delay=llm_delay) as llm:
+        pool = runtime.start_pool(spec, run_id, pool_config)
+        await pool.start.remote()
+        settings = Settings(policy_url=llm.url, max_turns=2, rollout_deadline=60, exec_timeout=20)
+        plan = FleetPlan(actors=2, max_concurrent=8, watch_seconds=0, rollout_deadline=60)
+        fleet = runtime.start_fleet(pool, spec, TASKSET, settings, plan)
+        await fleet.start()
+        learner = Learner(lambda: None, LearnerConfig())
+        await learner.begin_step(0, _groups(requests))
+        fired: list[float] = []
+
+        def on_done(rollout: Rollout) -> None:
+            if not fired:
+                fired.append(time.time())
+                fault(pool, fleet)
+
+        try:
+            seen = await _through_learner(fleet, learner, requests, on_done)
+            actors = await fleet.stats()
+            await fleet.close()
+            pool_stats = await pool.stats.remote()
+        finally:
+            final = await pool.shutdown.remote()
+        counts = await learner.counts(0)
+    left = await LocalBackend(tmp_path / "sb").list_sandboxes(run_id)
+    return {"requests": requests, "seen": seen, "counts": counts, "fleet": fleet.counts, "pool": pool_stats,
+            "final": final, "actors": actors, "fired_at": fired[0], "left": left}
+
+
+def _every_group_complete(result: dict[str, Any]) -> None:
+    counts, requests = result["counts"], result["requests"]
+    first_tries = [r for r in result["seen"] if "-retry" not in r.rollout_id]
+    assert sorted(r.rollout_id for r in first_tries) == sorted(r.rollout_id for r in requests), \
+        "every rollout id reached the Learner exactly once"
+    assert counts["groups_complete"] == len(requests) // GROUP and counts["dropped_infra"] == 0, counts
+    assert counts["completed"] == len(requests)
+    assert result["left"] == [], "nothing of the run is left"
+
+
+def test_a_rollout_actor_killed_mid_rollout_loses_nothing_and_its_sandboxes_are_reclaimed(tmp_path: Path) -> None:
+    ledger = tmp_path / "sandboxes.jsonl"
+    killed: list[str] = []
+
+    def kill_an_actor(pool: Any, fleet: Any) -> None:
+        member = next(m for m in fleet._members if m.alive and m.in_flight > 0)
+        killed.append(member.name)
+        ray.kill(member.actor, no_restart=True)
+
+    result = asyncio.run(_run(tmp_path, "kill-actor", PoolConfig(warm_size=4, ledger=str(ledger)),
+                              kill_an_actor, llm_delay=1.0))
+    _every_group_complete(result)
+    assert result["fleet"]["actors_lost"] == 1 and result["fleet"]["redispatched"] >= 1, result["fleet"]
+    assert {r.status for r in result["seen"]} == {RolloutStatus.OK}
+    assert killed[0] not in {r.actor for r in result["seen"] if r.started_at > result["fired_at"] + 0.5}
+    events = _ledger(ledger)
+    reclaimed = {e["sandbox_id"] for e in events if e["event"] == "reclaimed"}
+    deleted_at = {e["sandbox_id"]: e["t"] for e in events if e["event"] == "deleted"}
+    assert reclaimed and result["fleet"]["sandboxes_reclaimed"] == len(reclaimed), (result["fleet"], reclaimed)
+    assert result["pool"].reclaimed == len(reclaimed)
+    lag = max(deleted_at[s] for s in reclaimed) - result["fired_at"]
+    assert lag < 5.0, f"the killed actor's sandboxes were deleted {lag:.1f}s after the kill"
+    print(f"FIGURE fault4: RolloutActor killed with rollouts in flight: {result['fleet']['redispatched']} "
+          f"re-dispatched, {result['counts']['groups_complete']} of {len(result['requests']) // GROUP} groups "
+          f"complete, 0 lost; its {len(reclaimed)} sandbox(es) deleted {lag:.2f}s after the kill")
+
+
+def test_the_pool_killed_mid_run_restarts_reaps_and_claims_fail_over(tmp_path: Path) -> None:
+    def kill_the_pool(pool: Any, fleet: Any) -> None:
+        ray.kill(pool, no_restart=False)
+
+    # creates one at a time, so claims are waiting in the pool when it dies
+    config = PoolConfig(warm_size=0, max_creating=1, ledger=str(tmp_path / "sandboxes.jsonl"))
+    result = asyncio.run(_run(tmp_path, "kill-pool", config, kill_the_pool, llm_delay=0.5))
+    _every_group_complete(result)
+    retried = sum(a.pool_calls_retried for a in result["actors"])
+    assert retried >= 1, "a claim or release the death cut off was tried again on the restarted pool"
+    assert result["pool"].reaped >= 1, "the restarted pool reaped the dead one's sandboxes by label"
+    infra = [r for r in result["seen"] if r.status is RolloutStatus.INFRA_ERROR]
+    assert result["counts"]["retried"] == len(infra)
+    print(f"FIGURE fault5: SandboxPool killed mid-run: restarted, reaped {result['pool'].reaped} orphan(s), "
+          f"{retried} pool call(s) failed over, {len(infra)} attempt(s) cut off and retried by the group policy, "
+          f"{result['counts']['groups_complete']} of {len(result['requests']) // GROUP} groups complete, 0 lost")
