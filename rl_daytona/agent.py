@@ -4,13 +4,20 @@ Invariant: token-in/token-out. The sampled token ids and logprobs are kept exact
 server returned them (vLLM's `return_token_ids` fields); the trajectory is stored once as the
 full token sequence of the last turn with a loss mask, never re-tokenised and never repeated
 per turn. A server that breaks the prefix property is an `AgentError`, not a silent re-encode.
+
+A reply the loop cannot use (not JSON, no message, a tool call without a function, token ids
+that are not integers) is an `AgentError` naming what was wrong, so the rollout is marked
+agent_error rather than taken for a broken sandbox. A command the shell could never run (over
+`MAX_COMMAND_BYTES`, or holding a NUL byte) is answered with an error, like broken tool-call
+JSON, and the loop goes on. The final answer is stored cut to `FINAL_ANSWER_LIMIT` characters
+(its tokens are kept whole). A command that ran into a sandbox limit says which in its result.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import openai
 
@@ -35,8 +42,30 @@ BASH_TOOL: dict[str, Any] = {
 }
 
 
+MAX_COMMAND_BYTES = 64 * 1024  # a command is one argv string: Linux refuses one over 128 KiB
+FINAL_ANSWER_LIMIT = 64 * 1024  # characters of the final answer kept in `Trajectory.messages`
+
+
 class AgentError(RuntimeError):
     """The policy endpoint failed or replied with something the loop cannot use."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One reply, checked: the assistant's text, its tool calls, and the vLLM token fields."""
+
+    content: str | None
+    tool_calls: tuple[ToolCall, ...]
+    prompt_ids: list[int] | None
+    completion_ids: list[int] | None
+    logprobs: list[float]
 
 
 @dataclass
@@ -75,25 +104,54 @@ def truncate_output(text: str, limit: int) -> str:
     return f"{head}\n[... {len(text) - len(head) - len(tail)} characters cut ...]\n{tail}"
 
 
-def _token_fields(resp: Any) -> tuple[list[int] | None, list[int] | None, list[float]]:
-    choice = resp.choices[0]
-    prompt_ids = (resp.model_extra or {}).get("prompt_token_ids")
-    completion_ids = (choice.model_extra or {}).get("token_ids")
-    content = choice.logprobs.content if choice.logprobs and choice.logprobs.content else []
-    return prompt_ids, completion_ids, [float(c.logprob) for c in content]
+def _ids(value: Any, what: str) -> list[int] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        raise AgentError(f"policy endpoint sent malformed {what}: not a list of integers")
+    return value
 
 
-def _command_of(call: Any) -> tuple[str | None, str]:
-    """(command, error): the bash command of a tool call, or why it cannot be run."""
-    if call.function.name != "bash":
-        return None, f"error: unknown tool {call.function.name!r}; the only tool is bash"
+def _parse_turn(resp: Any) -> Turn:
+    """The reply's parts, or an AgentError saying what is missing or of the wrong type."""
     try:
-        args = json.loads(call.function.arguments or "")
+        choice = resp.choices[0]
+        message = choice.message
+        content = message.content
+        if content is not None and not isinstance(content, str):
+            raise TypeError(f"message content is a {type(content).__name__}")
+        calls = tuple(ToolCall(str(c.id), str(c.function.name), _arguments(c.function.arguments))
+                      for c in (message.tool_calls or ()))
+        lps = choice.logprobs.content if choice.logprobs and choice.logprobs.content else []
+        logprobs = [float(c.logprob) for c in lps]
+    except (AttributeError, TypeError, ValueError, IndexError) as exc:
+        raise AgentError(f"policy endpoint sent a malformed reply: {type(exc).__name__}: {str(exc)[:200]}") from None
+    return Turn(content, calls, _ids((resp.model_extra or {}).get("prompt_token_ids"), "prompt_token_ids"),
+                _ids((choice.model_extra or {}).get("token_ids"), "token_ids"), logprobs)
+
+
+def _arguments(value: Any) -> str:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"tool-call arguments are a {type(value).__name__}, not a JSON string")
+    return value or ""
+
+
+def _command_of(call: ToolCall) -> tuple[str | None, str]:
+    """(command, error): the bash command of a tool call, or why it cannot be run."""
+    if call.name != "bash":
+        return None, f"error: unknown tool {call.name[:100]!r}; the only tool is bash"
+    try:
+        args = json.loads(call.arguments)
     except json.JSONDecodeError as exc:
         return None, f"error: tool arguments are not valid JSON ({exc.msg}); send {{\"command\": \"...\"}}"
     command = args.get("command") if isinstance(args, dict) else None
     if not isinstance(command, str) or not command.strip():
         return None, "error: tool arguments need a non-empty string field 'command'"
+    if "\0" in command:
+        return None, "error: the command holds a NUL byte, which no shell command can"
+    size = len(command.encode("utf-8", "surrogatepass"))
+    if size > MAX_COMMAND_BYTES:
+        return None, f"error: the command is {size} bytes; the limit is {MAX_COMMAND_BYTES} (write long text to a file in steps)"
     return command, ""
 
 
@@ -104,19 +162,22 @@ async def _complete(client: openai.AsyncOpenAI, messages: list[dict[str, Any]], 
             temperature=settings.temperature, max_tokens=settings.max_tokens,
             logprobs=True, extra_body={"return_token_ids": True},
         )
-    except openai.OpenAIError as exc:
-        raise AgentError(f"policy endpoint failed: {type(exc).__name__}: {str(exc)[:200]}") from exc
+    except (openai.OpenAIError, ValueError) as exc:  # ValueError: a body that is not JSON
+        message = " ".join(str(exc).split())[:200]
+        raise AgentError(f"policy endpoint failed: {type(exc).__name__}: {message}") from exc
     if not getattr(resp, "choices", None):
         raise AgentError("policy endpoint returned no choices")
     return resp
 
 
-async def _run_tool(backend: Backend, sandbox: SandboxHandle, call: Any, settings: Settings) -> str:
+async def _run_tool(backend: Backend, sandbox: SandboxHandle, call: ToolCall, settings: Settings) -> str:
     command, error = _command_of(call)
     if command is None:
         return error
     result = await backend.exec(sandbox, command, timeout=settings.exec_timeout)
     note = " (timed out)" if result.timed_out else ""
+    if result.limit_hit:
+        note += f" (stopped by the sandbox's {result.limit_hit} limit)"
     return f"{truncate_output(result.output, settings.output_limit)}\n[exit code {result.exit_code}{note}]"
 
 
@@ -128,25 +189,24 @@ async def run_agent(client: openai.AsyncOpenAI, backend: Backend, sandbox: Sandb
     tokens, finish, version, turns = TokenTrajectory(), "max_turns", 0, 0
     for turns in range(1, settings.max_turns + 1):
         resp = await _complete(client, messages, settings)
-        tokens.add_turn(*_token_fields(resp))
+        turn = _parse_turn(resp)
+        tokens.add_turn(turn.prompt_ids, turn.completion_ids, turn.logprobs)
         version = _policy_version(resp) if version == 0 else version
-        message = resp.choices[0].message
-        if not message.tool_calls:
-            messages.append({"role": "assistant", "content": message.content or ""})
+        if not turn.tool_calls:
+            messages.append({"role": "assistant", "content": truncate_output(turn.content or "", FINAL_ANSWER_LIMIT)})
             finish = "stop"
             break
-        messages.append(_assistant_message(message))
-        for call in message.tool_calls:
+        messages.append(_assistant_message(turn.content, turn.tool_calls))
+        for call in turn.tool_calls:
             output = await _run_tool(backend, sandbox, call, settings)
             messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
     return _trajectory(tokens, messages, turns, finish, version)
 
 
-def _assistant_message(message: Any) -> dict[str, Any]:
-    calls = [{"id": c.id, "type": "function",
-              "function": {"name": c.function.name, "arguments": c.function.arguments}}
-             for c in message.tool_calls]
-    return {"role": "assistant", "content": message.content, "tool_calls": calls}
+def _assistant_message(content: str | None, tool_calls: Sequence[ToolCall]) -> dict[str, Any]:
+    calls = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+             for c in tool_calls]
+    return {"role": "assistant", "content": content, "tool_calls": calls}
 
 
 def _policy_version(resp: Any) -> int:

@@ -7,6 +7,7 @@ saying what to fix; a run that finished with infrastructure errors exits 3.
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 from pathlib import Path
@@ -29,6 +30,26 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def _temperature(text: str) -> float:
+    value = float(text)
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
+    return value
+
+
+def _policy(text: str) -> str:
+    if text != "builtin" and not text.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"must be 'builtin' or an http(s):// base URL, got {text!r}")
+    return text
+
+
 def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--taskset", default="calc", help="taskset name ('calc') or 'package.module:ATTRIBUTE' of your own")
     p.add_argument("--backend", default="local", choices=["local", "daytona"],
@@ -37,7 +58,7 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
                         "DAYTONA_TARGET and DAYTONA_SSH_GATEWAY)")
     p.add_argument("--isolation", default="bwrap", choices=["bwrap", "none"],
                    help="local sandbox isolation: bubblewrap (default) or none (explicit opt-out, no isolation)")
-    p.add_argument("--policy", default="builtin",
+    p.add_argument("--policy", default="builtin", type=_policy,
                    help="'builtin' (the built-in CPU model, started for the run) or an OpenAI-compatible base URL")
     p.add_argument("--model", default="builtin", help="model name sent to the policy endpoint")
     p.add_argument("--max-concurrent", type=_positive_int, default=64, help="rollouts in flight at once (whole cluster)")
@@ -48,9 +69,9 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rollout-concurrency", type=_positive_int, default=None,
                    help="rollouts in flight per RolloutActor (default: --max-concurrent / --rollout-actors)")
     p.add_argument("--max-turns", type=_positive_int, default=Settings().max_turns, help="agent turns per attempt")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
-    p.add_argument("--deadline", type=float, default=300.0, help="wall-clock seconds per rollout")
-    p.add_argument("--exec-timeout", type=float, default=30.0, help="seconds per shell command")
+    p.add_argument("--temperature", type=_temperature, default=1.0, help="sampling temperature")
+    p.add_argument("--deadline", type=_positive_float, default=300.0, help="wall-clock seconds per rollout")
+    p.add_argument("--exec-timeout", type=_positive_float, default=30.0, help="seconds per shell command")
     p.add_argument("--warm-size", type=int, default=16, help="sandboxes the pool keeps ready ahead of demand")
     p.add_argument("--cpu-seconds", type=_positive_int, default=30, help="CPU seconds per sandbox command")
     p.add_argument("--memory-mb", type=_positive_int, default=1024, help="address-space limit per command (MB)")
@@ -169,7 +190,7 @@ def _train(args: argparse.Namespace) -> int:
 
     if args.policy != "builtin":
         raise ValueError("train drives the built-in model service (sampling and training); --policy must be builtin")
-    if args.chunk_mb <= 0:
+    if not (math.isfinite(args.chunk_mb) and args.chunk_mb > 0):
         raise ValueError(f"--chunk-mb must be positive, got {args.chunk_mb}")
     cfg = TrainConfig(out=args.out, taskset=args.taskset, steps=args.steps, tasks_per_step=args.tasks_per_step,
                       group=args.group, eval_every=args.eval_every, eval_group=args.eval_group, lr=args.lr,

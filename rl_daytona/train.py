@@ -92,8 +92,8 @@ class TrainConfig:
             raise ValueError("--group must be at least 2: group-relative advantages need two attempts")
         if self.eval_every < 0 or self.off_policy < 0:
             raise ValueError("--eval-every and --off-policy must be >= 0")
-        if self.lr < 0:
-            raise ValueError(f"--lr must be >= 0, got {self.lr}")
+        if not self.lr >= 0 or self.lr == float("inf"):  # NaN fails `>= 0`
+            raise ValueError(f"--lr must be a number >= 0, got {self.lr}")
         if self.loss_fn not in ("importance_sampling", "ppo"):
             raise ValueError(f"--loss must be importance_sampling or ppo, got {self.loss_fn!r}")
 

@@ -8,7 +8,14 @@ from pathlib import Path
 import openai
 import pytest
 
-from rl_daytona.agent import AgentError, TokenTrajectory, run_agent, truncate_output
+from rl_daytona.agent import (
+    FINAL_ANSWER_LIMIT,
+    MAX_COMMAND_BYTES,
+    AgentError,
+    TokenTrajectory,
+    run_agent,
+    truncate_output,
+)
 from rl_daytona.backends.local import LocalBackend
 from rl_daytona.types import Settings
 from tests.fakes.scripted_llm import Reply, ScriptedLLM
@@ -81,3 +88,49 @@ def test_truncate_keeps_head_and_tail() -> None:
     text = "a" * 100 + "b" * 100
     cut = truncate_output(text, 50)
     assert cut.startswith("a" * 25) and cut.endswith("b" * 25) and "150 characters cut" in cut
+
+
+def test_a_command_the_shell_could_never_run_is_answered_and_the_loop_goes_on(tmp_path: Path) -> None:
+    """BUG (agent._run_tool): a 10 MB command (over Linux's 128 KiB per argv string) or one holding
+    a NUL byte reached the backend, which could not start it: an OSError/ValueError that the
+    RolloutActor marks infra_error, so the policy's own bad output was retried as a sandbox fault
+    and its trajectory lost. Now the model is told, like for broken tool-call JSON."""
+    big = "echo " + "B" * (10 * 1024 * 1024)
+    traj, llm = _run([Reply(command=big), Reply(command="echo a\x00b"), Reply(command="echo ok"),
+                      Reply(content="done")], tmp_path, max_turns=4)
+    answers = [m["content"] for m in traj.messages if m["role"] == "tool"]
+    assert answers[0] == f"error: the command is {len(big)} bytes; the limit is {MAX_COMMAND_BYTES} " \
+                         "(write long text to a file in steps)"
+    assert answers[1] == "error: the command holds a NUL byte, which no shell command can"
+    assert answers[2] == "ok\n\n[exit code 0]" and traj.finish_reason == "stop" and traj.turns == 4
+
+
+def test_a_command_that_hits_a_sandbox_limit_says_which(tmp_path: Path) -> None:
+    traj, _ = _run([Reply(command="head -c 64M /dev/zero > big"), Reply(content="done")], tmp_path)
+    tool = traj.messages[3]["content"]
+    assert tool.endswith("(stopped by the sandbox's file_size limit)]"), tool
+
+
+def test_a_huge_final_answer_is_stored_cut_with_its_tokens_whole(tmp_path: Path) -> None:
+    traj, _ = _run([Reply(content="A" * (10 * 1024 * 1024), token_ids=[5, 6, 7])], tmp_path)
+    stored = traj.messages[-1]["content"]
+    assert len(stored) < FINAL_ANSWER_LIMIT + 100 and "characters cut" in stored
+    assert traj.token_ids[-3:] == (5, 6, 7) and traj.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("reply, error", [
+    (Reply(raw_body="<html>502 Bad Gateway</html>"), "policy endpoint failed: JSONDecodeError: Expecting value"),
+    (Reply(message={"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function"}]}),
+     "malformed reply: AttributeError: 'NoneType' object has no attribute 'name'"),
+    (Reply(message={"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": {"command": "ls"}}}]}),
+     "malformed reply: TypeError: tool-call arguments are a dict, not a JSON string"),
+    (Reply(message={"role": "assistant", "content": 42}), "malformed reply: TypeError: message content is a int"),
+    (Reply(message={"role": "assistant", "content": None, "tool_calls": "ls"}), "malformed reply: AttributeError"),
+])
+def test_a_reply_the_loop_cannot_use_is_a_one_line_agent_error(tmp_path: Path, reply: Reply, error: str) -> None:
+    """BUG (agent.run_agent): these raised AttributeError/TypeError/JSONDecodeError out of the loop,
+    which the RolloutActor marks infra_error (a broken sandbox, retried, out of the baseline)."""
+    with pytest.raises(AgentError) as info:
+        _run([reply], tmp_path)
+    assert error in str(info.value) and "\n" not in str(info.value), str(info.value)

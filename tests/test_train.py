@@ -137,7 +137,10 @@ def test_off_policy_overlaps_next_rollouts_with_training_and_bounds_staleness(tm
 
 @pytest.mark.parametrize("args, message", [
     (["--group", "1"], "--group must be at least 2"),
-    (["--lr", "-1"], "--lr must be >= 0"),
+    (["--lr", "-1"], "--lr must be a number >= 0"),
+    (["--lr", "nan"], "--lr must be a number >= 0"),
+    (["--chunk-mb", "inf"], "--chunk-mb must be positive"),
+    (["--deadline", "0"], "argument --deadline: must be a positive number"),
     (["--chunk-mb", "0"], "--chunk-mb must be positive"),
     (["--policy", "http://127.0.0.1:9/v1"], "--policy must be builtin"),
     (["--steps", "0"], "must be at least 1"),

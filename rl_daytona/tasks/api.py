@@ -128,6 +128,10 @@ class Taskset:
             known = ", ".join(sorted(self.splits)) or "none"
             raise TaskError(f"taskset {self.name!r} has no split {split!r} (known: {known})")
         by_id = {inst.instance_id: inst for inst in self.instances}
+        unknown = [i for i in self.splits[split] if i not in by_id]
+        if unknown:
+            raise TaskError(f"taskset {self.name!r} split {split!r} names tasks it does not have: "
+                            f"{', '.join(map(repr, unknown[:5]))}")
         return [by_id[i] for i in self.splits[split]]
 
     def get(self, instance_id: str) -> TaskInstance:
