@@ -384,7 +384,7 @@ def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any
     run_id = cfg.run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     cfg = replace(cfg, run_id=run_id)
     metrics_path = cfg.out / "metrics.jsonl"
-    if start.metrics:
+    if start.continuing:
         moved = prepare_to_continue(cfg.out, start)
         console.print(f"continuing {cfg.out} at step {start.next_step + 1} of {cfg.steps} (policy version "
                       f"{start.version})" + (f"; {moved} rollouts of the interrupted step moved to {INTERRUPTED}"

@@ -34,6 +34,7 @@ class RunState:
     next_step: int  # the first step not completed
     checkpoint: str | None  # the training state after the last completed step; None: untrained
     version: int  # its policy version
+    continuing: bool = False  # read back from a run folder (so its files are kept and appended to)
 
     @property
     def initial_eval_done(self) -> bool:
@@ -60,12 +61,12 @@ def read_run(out: Path) -> RunState:
             break
         lines.append(line)
     if not lines:
-        return RunState((), 0, None, 0)
+        return RunState((), 0, None, 0, continuing=True)
     last = lines[-1]
     checkpoint, version = last.get("checkpoint"), int(last.get("policy_version") or 0)
     if version and not checkpoint:
         raise ValueError(f"--resume {out}: its last step names no checkpoint (a run from before checkpoints)")
-    return RunState(tuple(lines), last["step"] + 1, checkpoint, version)
+    return RunState(tuple(lines), last["step"] + 1, checkpoint, version, continuing=True)
 
 
 def _completed(record: dict[str, Any], completed: frozenset[int]) -> bool:

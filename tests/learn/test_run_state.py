@@ -55,11 +55,20 @@ def test_continuing_sets_aside_what_the_interrupted_step_wrote(stopped: Path) ->
     assert sorted(p.name for p in (stopped / "checkpoints").iterdir()) == ["step-000001.json", "step-000001.npz"]
 
 
+def test_a_run_killed_in_its_first_eval_keeps_nothing_twice(tmp_path: Path) -> None:
+    """Killed before any metrics line: the rerun of the untrained eval reuses its rollout ids,
+    so what the first eval wrote is set aside too."""
+    (tmp_path / "metrics.jsonl").write_text("")
+    (tmp_path / "rollouts.jsonl").write_text(_record("eval0-a-0", "eval0/a"))
+    assert prepare_to_continue(tmp_path, read_run(tmp_path)) == 1
+    assert (tmp_path / "rollouts.jsonl").read_text() == ""
+
+
 def test_lines_out_of_order_end_the_completed_prefix(tmp_path: Path) -> None:
     (tmp_path / "metrics.jsonl").write_text(_line(-1, 0, None) + _line(0, 0, None) + _line(2, 0, None))
     assert read_run(tmp_path).next_step == 1
     (tmp_path / "metrics.jsonl").write_text("")
-    assert read_run(tmp_path) == RunState((), 0, None, 0)
+    assert read_run(tmp_path) == RunState((), 0, None, 0, continuing=True)
 
 
 def test_where_resume_starts(stopped: Path, tmp_path: Path) -> None:

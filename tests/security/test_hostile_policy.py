@@ -85,7 +85,6 @@ def test_resource_exhaustion_is_stopped_marked_and_the_rollout_goes_on(run: dict
         assert any(mark in result for mark in marks), (attack, result[-300:])
         # the next command ran in the same sandbox and the attempt was graded as usual
         assert (r["status"], r["reward"], r["trajectory"]["turns"]) == ("ok", 1.0, 3), (attack, r["error"])
-        assert r["timings"]["agent"] < 60
 
 
 @pytest.mark.parametrize("reply", list(MALFORMED_OK))
