@@ -9,7 +9,8 @@ request becomes an `infra_error` rollout. A node that joins mid-run gets Rollout
 next watch tick and takes new work from then on; actors on a node that left get no more work.
 Every await on an actor is bounded: a rollout not back within its deadline plus a grace counts
 its actor as lost (wedged: it is stopped). The sandboxes a lost actor held are reclaimed (the
-pool deletes them at once, not at shutdown). A `Watchdog` reports rollouts past 80% of their
+pool deletes them at once, not at shutdown), and an actor lost while its node is still up is
+replaced there (at most `FleetPlan.replacements` times a run). A `Watchdog` reports rollouts past 80% of their
 deadline and waits on the last few (`counts["stragglers"]`, `counts["tail_waits"]`).
 """
 
@@ -35,6 +36,8 @@ class FleetPlan:
     max_concurrent: int = 64  # rollouts in flight across the whole fleet
     watch_seconds: float = 2.0  # how often the cluster's nodes are re-read; 0: never
     rollout_deadline: float = 0.0  # each rollout's deadline (Settings.rollout_deadline); 0: unbounded, no watchdog
+    result_grace: float = 10.0  # seconds past the deadline (+10% of it) before an actor counts as wedged
+    replacements: int = 8  # a lost actor whose node is still up is replaced, this many times per run at most
 
     def __post_init__(self) -> None:
         if self.actors < 1 or self.max_concurrent < 1:
@@ -50,7 +53,7 @@ class FleetPlan:
     def result_bound(self) -> float | None:
         """How long the fleet waits for one rollout before its actor counts as wedged: the actor
         ends every rollout at its deadline, so past deadline + grace something below it is stuck."""
-        return self.rollout_deadline + 10.0 + 0.1 * self.rollout_deadline if self.rollout_deadline > 0 else None
+        return self.rollout_deadline * 1.1 + self.result_grace if self.rollout_deadline > 0 else None
 
 
 # (node id, actor name, rollouts in flight it must hold) -> a RolloutActor handle pinned to that node
@@ -81,10 +84,12 @@ class _Member:
 class RolloutFleet:
     def __init__(self, spawn: Spawn, plan: FleetPlan, taskset: str, driver_node: str = "",
                  eligible: NodeFilter | None = None, reclaim: Reclaim | None = None,
-                 stop: Stop | None = None) -> None:
+                 stop: Stop | None = None, nodes: Callable[[], list[NodeInfo]] = alive_nodes) -> None:
         self._spawn, self.plan, self.taskset, self.driver_node = spawn, plan, taskset, driver_node
         self._eligible = eligible or (lambda nodes: nodes)
         self._reclaim, self._stop = reclaim, stop
+        self._closing = False
+        self._nodes = nodes  # the cluster's alive nodes, read in a thread (a GCS call)
         self._reclaims: set[asyncio.Task[Any]] = set()
         self.watchdog = Watchdog(WatchdogConfig(deadline=plan.rollout_deadline))
         self._watchdog_task: asyncio.Task[None] | None = None
@@ -96,7 +101,7 @@ class RolloutFleet:
         self._turn = 0
         self._watcher: asyncio.Task[None] | None = None
         self._counts = {"redispatched": 0, "lost": 0, "actors_lost": 0, "nodes_joined": 0, "nodes_lost": 0,
-                        "wedged": 0, "sandboxes_reclaimed": 0}
+                        "wedged": 0, "sandboxes_reclaimed": 0, "actors_replaced": 0}
 
     @property
     def counts(self) -> dict[str, int]:
@@ -105,7 +110,7 @@ class RolloutFleet:
 
     async def start(self, nodes: list[NodeInfo] | None = None) -> None:
         """Place the first actors on the alive nodes and start watching for joins and losses."""
-        nodes = self._eligible(nodes if nodes is not None else await asyncio.to_thread(alive_nodes))
+        nodes = self._eligible(nodes if nodes is not None else await asyncio.to_thread(self._nodes))
         self._known = {n.node_id for n in nodes}
         placement = spread(nodes, self.plan.actors, self.plan.per_node)
         self._capacity = self.plan.per_actor(len(placement))
@@ -163,12 +168,12 @@ class RolloutFleet:
         """Follow the cluster: actors on a node that left stop getting work; a new node gets actors."""
         nodes = self._eligible(nodes)
         alive = {n.node_id for n in nodes}
-        for gone in self._known - alive:
+        gone, self._known = self._known - alive, self._known & alive  # forgotten first: no replacement there
+        for node_id in gone:
             self._counts["nodes_lost"] += 1
             for m in self._members:
-                if m.node_id == gone:
+                if m.node_id == node_id:
                     self._lose(m)
-        self._known &= alive
         for node in nodes:
             if node.node_id not in self._known:
                 self._known.add(node.node_id)
@@ -189,6 +194,7 @@ class RolloutFleet:
 
     async def close(self) -> None:
         """Stop watching and close every live actor (their sandboxes' releases are awaited)."""
+        self._closing = True
         for task in (self._watcher, self._watchdog_task):
             if task is not None:
                 task.cancel()
@@ -253,6 +259,25 @@ class RolloutFleet:
             task = asyncio.ensure_future(self._reclaim_from(member.name))
             self._reclaims.add(task)
             task.add_done_callback(self._reclaims.discard)
+        if not self._closing and self._counts["actors_replaced"] < self.plan.replacements:
+            task = asyncio.ensure_future(self._replace(member.node_id))
+            self._reclaims.add(task)
+            task.add_done_callback(self._reclaims.discard)
+
+    async def _replace(self, node_id: str) -> None:
+        """A fresh actor where one was lost, if that node is still up (else the watch tick's
+        `sync` forgets the node): one per loss, `plan.replacements` per run at most."""
+        try:
+            up = {n.node_id for n in self._eligible(await asyncio.to_thread(self._nodes))}
+        except Exception:  # noqa: BLE001 - the cluster cannot be read: do not place blind
+            return
+        if node_id not in up or node_id not in self._known or self._closing \
+                or self._counts["actors_replaced"] >= self.plan.replacements:
+            return
+        self._counts["actors_replaced"] += 1
+        self._add(node_id)
+        async with self._changed:
+            self._changed.notify_all()
 
     async def _reclaim_from(self, name: str) -> None:
         try:
@@ -264,7 +289,7 @@ class RolloutFleet:
         while True:
             await asyncio.sleep(self.plan.watch_seconds)
             try:
-                nodes = await asyncio.to_thread(alive_nodes)
+                nodes = await asyncio.to_thread(self._nodes)
             except Exception:  # noqa: BLE001 - a GCS hiccup: try again at the next tick
                 continue
             await self.sync(nodes)

@@ -8,6 +8,7 @@ RolloutActor the `.method.remote(...)` shape of an actor handle, so the fleet is
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,9 +16,9 @@ from typing import Any, Callable
 
 from rl_daytona.backends import BackendSpec, DaytonaOptions
 from rl_daytona.daytona_sim import DEFAULT_SNAPSHOT
-from rl_daytona.eval import RolloutSink, dispatch, requests_for
+from rl_daytona.eval import RolloutSink, requests_for
 from rl_daytona.fleet import FleetPlan, RolloutFleet
-from rl_daytona.learn.groups import GroupCollector
+from rl_daytona.learn.learner import Learner, LearnerConfig
 from rl_daytona.placement import NodeInfo
 from rl_daytona.pool import PoolConfig, SandboxPool
 from rl_daytona.rollout import RolloutActor
@@ -52,21 +53,43 @@ def daytona_spec(api_url: str, create_timeout: float = 120.0) -> BackendSpec:
 class RunResult:
     rollouts: list[Rollout]
     written: list[dict[str, Any]]  # rollouts.jsonl, as the sink wrote it
-    collector: GroupCollector
+    counts: dict[str, int]  # the Learner's GroupCounts for the step
+    learner: Learner
     pool: PoolStats
     fleet: dict[str, int]
     seconds: float
 
 
+async def through_learner(fleet: Any, learner: Learner, requests: list[RolloutRequest],
+                          on_done: Callable[[Rollout], None]) -> None:
+    """train's dispatch loop: each finished attempt to the Learner, the retries it asks for dispatched again."""
+
+    async def one(request: RolloutRequest) -> None:
+        _, rollout = await fleet.run(request)
+        on_done(rollout)
+        retries = await learner.add(rollout)
+        await asyncio.gather(*(one(r) for r in retries))
+
+    await asyncio.gather(*(one(r) for r in requests))
+
+
+def groups_of(requests: list[RolloutRequest]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in requests:
+        out[r.group_id] = out.get(r.group_id, 0) + 1
+    return out
+
+
 async def run_wide(spec: BackendSpec, out: Path, policy_url: str, group: int = 8, actors: int = 2,
-                   deadline: float = 120.0, pool: PoolConfig | None = None,
+                   deadline: float = 600.0, pool: PoolConfig | None = None, split: str = "all",
                    before_shutdown: Callable[[], None] = lambda: None) -> RunResult:
-    """Every task of the cheap taskset `group` times at once; each rollout to the sink and a
-    GroupCollector; `before_shutdown` runs when every rollout is back, before the pool's sweep."""
+    """Every task of the split `group` times at once; each attempt to the sink and to a real
+    Learner (its retries dispatched again); `before_shutdown` runs when every rollout is back,
+    before the pool's sweep."""
     import time
 
     out.mkdir(parents=True, exist_ok=True)
-    requests = requests_for(TASKSET, "all", group)
+    requests = requests_for(TASKSET, split, group)
     the_pool = SandboxPool(spec, "run-wide", pool or PoolConfig(warm_size=0, max_creating=512, retry_backoff=0.05,
                                                                  ledger=str(out / "sandboxes.jsonl")))
     await the_pool.start()
@@ -79,12 +102,11 @@ async def run_wide(spec: BackendSpec, out: Path, policy_url: str, group: int = 8
     plan = FleetPlan(actors=actors, max_concurrent=len(requests), watch_seconds=0, rollout_deadline=deadline)
     fleet = RolloutFleet(spawn, plan, TASKSET, driver_node="here", reclaim=getattr(the_pool, "reclaim", None))
     await fleet.start(HERE)
-    sink, collector = RolloutSink(out / "rollouts.jsonl"), GroupCollector()
-    for group_id in {r.group_id for r in requests}:
-        collector.expect(group_id, group)
+    sink, learner = RolloutSink(out / "rollouts.jsonl"), Learner(lambda: None, LearnerConfig())
+    await learner.begin_step(0, groups_of(requests))
     started = time.monotonic()
     try:
-        await dispatch(fleet, requests, lambda r: (sink.add(r), collector.add(r)))
+        await through_learner(fleet, learner, requests, sink.add)
         seconds = time.monotonic() - started
         await fleet.close()
         before_shutdown()
@@ -92,7 +114,7 @@ async def run_wide(spec: BackendSpec, out: Path, policy_url: str, group: int = 8
         sink.close()
         stats = await the_pool.shutdown()
     written = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
-    return RunResult(sink.rollouts, written, collector, stats, fleet.counts, seconds)
+    return RunResult(sink.rollouts, written, await learner.counts(0), learner, stats, fleet.counts, seconds)
 
 
 def ids_of(requests: list[RolloutRequest]) -> list[str]:

@@ -22,37 +22,14 @@ from rl_daytona.eval import requests_for
 from rl_daytona.fleet import FleetPlan
 from rl_daytona.learn.learner import Learner, LearnerConfig
 from rl_daytona.pool import PoolConfig
-from rl_daytona.types import Rollout, RolloutRequest, RolloutStatus, Settings
+from rl_daytona.types import Rollout, RolloutStatus, Settings
 from tests.reliability.cheap_task import SOLVE
-from tests.reliability.harness import TASKSET
+from tests.reliability.harness import TASKSET, groups_of, through_learner
 from tests.reliability.turn_llm import TurnLLM
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
 GROUP = 4
-
-
-async def _through_learner(fleet: Any, learner: Learner, requests: list[RolloutRequest],
-                           on_done: Callable[[Rollout], None]) -> list[Rollout]:
-    """train's dispatch loop: each finished attempt to the Learner, its retries dispatched again."""
-    seen: list[Rollout] = []
-
-    async def one(request: RolloutRequest) -> None:
-        _, rollout = await fleet.run(request)
-        seen.append(rollout)
-        on_done(rollout)
-        retries = await learner.add(rollout)
-        await asyncio.gather(*(one(r) for r in retries))
-
-    await asyncio.gather(*(one(r) for r in requests))
-    return seen
-
-
-def _groups(requests: list[RolloutRequest]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for r in requests:
-        out[r.group_id] = out.get(r.group_id, 0) + 1
-    return out
 
 
 def _ledger(path: Path) -> list[dict[str, Any]]:
@@ -72,16 +49,18 @@ async def _run(tmp_path: Path, run_id: str, pool_config: PoolConfig, fault: Call
         fleet = runtime.start_fleet(pool, spec, TASKSET, settings, plan)
         await fleet.start()
         learner = Learner(lambda: None, LearnerConfig())
-        await learner.begin_step(0, _groups(requests))
+        await learner.begin_step(0, groups_of(requests))
         fired: list[float] = []
+        seen: list[Rollout] = []
 
         def on_done(rollout: Rollout) -> None:
+            seen.append(rollout)
             if not fired:
                 fired.append(time.time())
                 fault(pool, fleet)
 
         try:
-            seen = await _through_learner(fleet, learner, requests, on_done)
+            await through_learner(fleet, learner, requests, on_done)
             actors = await fleet.stats()
             await fleet.close()
             pool_stats = await pool.stats.remote()

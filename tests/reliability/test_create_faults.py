@@ -43,8 +43,8 @@ def test_five_percent_of_creates_failing_at_256_wide_loses_nothing(tmp_path: Pat
     assert len(expected) == WIDTH
     assert sorted(r["rollout_id"] for r in result.written) == expected, "every rollout id reached the sink once"
     assert {r.status for r in result.rollouts} == {RolloutStatus.OK}, [r.error for r in result.rollouts][:3]
-    counts = result.collector.counts
-    assert counts.groups_complete == WIDTH // 8 and counts.completed == WIDTH and counts.retried == 0
+    counts = result.counts
+    assert counts["groups_complete"] == WIDTH // 8 and counts["completed"] == WIDTH and counts["retried"] == 0
     assert stats.failed > 0, "the injected failures happened"
     # the planner's straggler twins (`hedged`) are a deliberate spend of their own; the retries must stay cheap
     twins = getattr(result.pool, "hedged", 0)  # a pool without a planner makes none
@@ -54,7 +54,7 @@ def test_five_percent_of_creates_failing_at_256_wide_loses_nothing(tmp_path: Pat
     print(f"FIGURE fault1: {stats.failed} of {stats.creates_requested} creates failed; creates without the "
           f"planner's twins = {retried_creates / WIDTH:.3f} x {WIDTH} (with {twins} twins "
           f"{stats.creates_requested / WIDTH:.3f} x); {WIDTH} of {WIDTH} rollouts reached the sink once, "
-          f"{counts.groups_complete} of {WIDTH // 8} groups complete; {result.seconds:.1f}s")
+          f"{counts['groups_complete']} of {WIDTH // 8} groups complete; {result.seconds:.1f}s")
 
 
 def test_hung_creates_are_cut_at_the_deadline_deleted_and_retried(tmp_path: Path,
@@ -80,7 +80,7 @@ def test_hung_creates_are_cut_at_the_deadline_deleted_and_retried(tmp_path: Path
                                           llm.url, group=width // 32, before_shutdown=still_creating))
             stats = sim.stats()
         assert {r.status for r in result.rollouts} == {RolloutStatus.OK} and len(result.rollouts) == width
-        assert result.collector.counts.groups_complete == 32
+        assert result.counts["groups_complete"] == 32
         assert stats.ids_with_label(RUN_LABEL, "run-wide") == []
         seconds[name] = result.seconds
         if name == "hangs":
