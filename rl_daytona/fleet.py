@@ -3,9 +3,10 @@
 Invariant: every request given to `run` yields exactly one `Rollout`. At most `max_concurrent`
 requests are in flight across the fleet and at most the per-actor concurrency on any one actor;
 each goes to the least-loaded live actor. A request whose actor is lost (its node left the
-cluster, or its process died) runs again once, on another live actor (on another node when
-there is one) and so on a fresh sandbox; if that one is lost too, or no actor is left, the
-request becomes an `infra_error` rollout. A node that joins mid-run gets RolloutActors at the
+cluster, or its process died) runs again on another live actor (on another node when there is
+one) and so on a fresh sandbox, at most `FleetPlan.redispatches` times (2: a request caught by
+two losses in a row still finishes; a request that kills every actor it touches takes down
+three at most); past that, or with no actor left, it becomes an `infra_error` rollout. A node that joins mid-run gets RolloutActors at the
 next watch tick and takes new work from then on; actors on a node that left get no more work.
 Every await on an actor is bounded: a rollout not back within its deadline plus a grace counts
 its actor as lost (wedged: it is stopped). The sandboxes a lost actor held are reclaimed (the
@@ -38,6 +39,7 @@ class FleetPlan:
     rollout_deadline: float = 0.0  # each rollout's deadline (Settings.rollout_deadline); 0: unbounded, no watchdog
     result_grace: float = 10.0  # seconds past the deadline (+10% of it) before an actor counts as wedged
     replacements: int = 8  # a lost actor whose node is still up is replaced, this many times per run at most
+    redispatches: int = 2  # a request whose actor was lost runs again at most this many times
 
     def __post_init__(self) -> None:
         if self.actors < 1 or self.max_concurrent < 1:
@@ -142,7 +144,7 @@ class RolloutFleet:
         import ray
 
         failed_on = ""
-        for attempt in range(2):
+        for attempt in range(1 + self.plan.redispatches):
             member = await self._acquire(avoid_node=failed_on)
             if member is None:
                 break
@@ -301,7 +303,7 @@ class RolloutFleet:
                        variant=get_taskset(self.taskset).get(request.task_id).variant,
                        group_id=request.group_id, attempt=request.attempt, reward=0.0,
                        status=RolloutStatus.INFRA_ERROR, timings=PhaseTimings(), trajectory=Trajectory(),
-                       error="the RolloutActor running this rollout was lost, and no other actor could "
+                       error="the RolloutActors running this rollout were lost, and no other actor could "
                              "run it to the end (lost too, or none left)")
 
 

@@ -87,11 +87,34 @@ class SandboxPool:
         return await asyncio.shield(self._started)
 
     async def _reap_orphans(self) -> int:
+        """Delete the run's sandboxes no rollout holds; a restarted pool adopts those its ledger
+        says are claimed and not yet released (their rollouts release them here as usual)."""
         await self.provisioner.start()
-        orphans = await self.backend.list_sandboxes(self.run_id)
+        held = self._held_per_ledger()
+        listed = await self.backend.list_sandboxes(self.run_id)
+        orphans = [h for h in listed if h.sandbox_id not in held]
+        for h in listed:
+            if h.sandbox_id in held:
+                self._in_use[h.sandbox_id] = h
+                self._claimer_of[h.sandbox_id] = held[h.sandbox_id]
         await asyncio.gather(*(self._delete(h) for h in orphans))
         self._counts["reaped"] += len(orphans)
         return len(orphans)
+
+    def _held_per_ledger(self) -> dict[str, str]:
+        """Sandbox id -> claimer, for this run's sandboxes whose last ledger event is a claim."""
+        path = Path(self.config.ledger) if self.config.ledger else None
+        if path is None or not path.exists():
+            return {}
+        last: dict[str, dict[str, Any]] = {}
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:  # a line cut short by the death
+                continue
+            if event.get("run_id") == self.run_id:
+                last[event["sandbox_id"]] = event
+        return {sid: e.get("claimer", "") for sid, e in last.items() if e["event"] == "claimed"}
 
     async def _start_once(self) -> None:
         try:
@@ -131,6 +154,7 @@ class SandboxPool:
             raise ClaimTimeoutError(f"claimer {claimer} was reclaimed (lost) while its claim waited")
         if claimer:
             self._claimer_of[handle.sandbox_id] = claimer
+        self._log("claimed", handle, claimer=claimer)
         self._in_use[handle.sandbox_id] = handle
         self._counts["claimed"] += 1
         self._waits.append(time.monotonic() - started)
@@ -141,6 +165,7 @@ class SandboxPool:
     async def release(self, handle: SandboxHandle) -> None:
         """Hand a sandbox back; it is deleted in the background."""
         self._claimer_of.pop(handle.sandbox_id, None)
+        self._log("released", handle)
         if self._in_use.pop(handle.sandbox_id, None) is not None:
             self._counts["released"] += 1
         self._spawn(self._delete(handle), self._deletes)
@@ -310,12 +335,13 @@ class SandboxPool:
         except Exception:  # noqa: BLE001 - a failed delete is left for the reaper
             pass
 
-    def _log(self, event: str, handle: SandboxHandle) -> None:
-        """Append one line to the ledger (sandbox ids only: no secret ever passes here)."""
+    def _log(self, event: str, handle: SandboxHandle, **extra: str) -> None:
+        """Append one line to the ledger (sandbox ids and claimer names only: no secret ever
+        passes here). A restarted pool reads it back to tell claimed sandboxes from orphans."""
         if not self.config.ledger:
             return
         line = {"t": round(time.time(), 3), "event": event, "sandbox_id": handle.sandbox_id,
-                "parent_id": handle.parent_id, "run_id": self.run_id}
+                "parent_id": handle.parent_id, "run_id": self.run_id, **extra}
         with Path(self.config.ledger).open("a", encoding="utf-8") as out:
             out.write(json.dumps(line) + "\n")
 

@@ -5,9 +5,10 @@ CPU slots (their work is I/O and sandbox processes), so they never starve Ray's 
 a small machine, and they are pinned to nodes as `rl_daytona.placement` deals them (local
 sandboxes: only nodes on the pool's machine); the pool and the Learner live on the home node
 (a `learner` node, else the head). A pool that dies is restarted by Ray (up to
-`POOL_RESTARTS` times, on the home node, under the same name): its first claim after the restart
-reaps the run's sandboxes by label, and each RolloutActor retries a claim once that the death cut
-off. A RolloutActor the fleet loses has its sandboxes reclaimed by the pool; a wedged one is killed.
+`POOL_RESTARTS` times, on the home node, under the same name): before its first claim the
+restarted pool lists the run's sandboxes by label, adopts those its ledger shows claimed (their
+rollouts go on) and deletes the rest, and each RolloutActor retries once a claim or release that
+the death cut off. A RolloutActor the fleet loses has its sandboxes reclaimed by the pool; a wedged one is killed.
 """
 
 from __future__ import annotations
