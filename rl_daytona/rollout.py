@@ -4,7 +4,7 @@ Invariant: every request returns exactly one typed `Rollout`; a failure becomes 
 (infra_error / agent_error / timeout), never an exception and never a silent reward 0; the
 sandbox a rollout claimed is always released, off the rollout's clock. Claims carry the
 actor's name, so the pool can reclaim what a lost actor held; a claim or release that the pool's
-death cut off (Ray restarts the pool) is tried once more on the restarted pool. Plain class: Ray
+death cut off (Ray restarts the pool) is tried again, with backoff, until the restarted pool answers. Plain class: Ray
 options are applied in the composition root.
 """
 
@@ -52,6 +52,9 @@ def _node_id() -> str:
         return ""
 
 
+POOL_CALL_TRIES = 6  # a claim or release the pool's death or restart cut off is tried up to this often
+
+
 class _Phases:
     """Wall-clock marks for one rollout's phases."""
 
@@ -87,14 +90,20 @@ class RolloutActor:
         self._pool_retries = 0
 
     async def _pool_call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """A call on the pool, tried once more when the pool actor died under it (restarted)."""
+        """A call on the pool, tried again when the pool actor died under it: Ray restarts it, and
+        calls made while it restarts fail at once (ActorUnavailableError), so the retries back off
+        (0.25 s doubling, about 8 s in all; the rollout's deadline bounds them too)."""
         from rl_daytona.fleet import lost_actor_errors
 
-        try:
-            return await call(self.pool, method, *args, **kwargs)
-        except lost_actor_errors():
-            self._pool_retries += 1
-            return await call(self.pool, method, *args, **kwargs)
+        for attempt in range(POOL_CALL_TRIES):
+            try:
+                return await call(self.pool, method, *args, **kwargs)
+            except lost_actor_errors():
+                if attempt == POOL_CALL_TRIES - 1:
+                    raise
+                self._pool_retries += 1
+                await asyncio.sleep(0.25 * 2 ** attempt)
+        raise AssertionError("unreachable")
 
     async def run(self, request: RolloutRequest) -> Rollout:
         """Claim, seed, agent loop, grade, release: one attempt, bounded by the deadline."""

@@ -8,10 +8,10 @@ seconds SIGKILLs the process of a random live RolloutActor (a crash, not a polit
 SandboxPool's process is killed once, after the first actor kill. Then it reads the run folder:
 
     steps completed   metrics.jsonl lines of finished steps
-    rollouts lost     attempts (task, group, attempt number) with no finished rollout in
-                      rollouts.jsonl: never written, or written only as "the RolloutActors running
-                      this rollout were lost" (a train attempt the group policy ran again and
-                      finished is not lost)
+    rollouts lost     attempts (group, attempt number) with no scored rollout in rollouts.jsonl:
+                      never written, or written only with status infra_error (a train attempt the
+                      group policy ran again and finished is not lost; an eval attempt that ended
+                      infra_error is)
 
 and prints one line per kill and a closing summary. Exit code 0 only when the train run
 succeeded and nothing was lost.
@@ -56,8 +56,9 @@ def count_lost(out: Path, group: int, eval_group: int, tasks_per_step: int, step
     attempts: dict[str, set[int]] = defaultdict(set)
     lost_actor = 0
     for r in rows:
-        if r["status"] == "infra_error" and "no other actor could run it" in r.get("error", ""):
-            lost_actor += 1
+        if r["status"] == "infra_error":
+            lost_actor += "no other actor could run it" in r.get("error", "")
+            attempts[r["group_id"]]  # the group was dispatched
             continue
         attempts[r["group_id"]].add(r["attempt"])
     train_groups = [g for g in attempts if g.startswith("train")]
