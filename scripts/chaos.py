@@ -3,9 +3,12 @@
     python scripts/chaos.py --out /tmp/chaos [--every 6] [--kills 4] [--seed 0] [-- extra train flags]
 
 Starts a one-machine Ray here, runs `rl-daytona train` in a child process joined to it (small by
-default: 3 steps of 4 tasks x 4, held-out group 2, 4 turns, 3 RolloutActors), and every `--every`
-seconds SIGKILLs the process of a random live RolloutActor (a crash, not a polite ray.kill); the
-SandboxPool's process is killed once, after the first actor kill. Then it reads the run folder:
+default: 3 steps of 4 tasks x 4, held-out group 2, 4 turns, 3 RolloutActors), and about every
+`--every` seconds (0.5-1.5x, at random) SIGKILLs the process of a random live RolloutActor (a
+crash, not a polite ray.kill), `--kills` times; the SandboxPool's process is killed once, after
+the first actor kill. A rollout here takes ~10 s on 2 cores, so the default already has most
+rollouts of the first minute see a kill; a request is re-dispatched at most twice, so one
+caught by three kills in a row is lost, and counted. Then it reads the run folder:
 
     steps completed   metrics.jsonl lines of finished steps
     rollouts lost     attempts (group, attempt number) with no scored rollout in rollouts.jsonl:
@@ -79,7 +82,7 @@ def _flag(args: list[str], name: str, default: int) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--every", type=float, default=6.0, help="seconds between kills")
+    parser.add_argument("--every", type=float, default=12.0, help="mean seconds between kills")
     parser.add_argument("--kills", type=int, default=4, help="RolloutActor kills at most")
     parser.add_argument("--no-pool-kill", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
@@ -101,7 +104,7 @@ def main() -> int:
         proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT)
         kills, pool_killed = 0, args.no_pool_kill
         while proc.poll() is None:
-            time.sleep(args.every)  # a child process and the GCS's table: nothing to await here
+            time.sleep(args.every * rng.uniform(0.5, 1.5))  # a child process and the GCS's table: nothing to await
             if proc.poll() is not None:
                 break
             if kills < args.kills:
