@@ -344,7 +344,7 @@ async def _train(cfg: TrainConfig, supply: tuple[BackendSpec, PoolConfig], url: 
         pool_stats = await pool.shutdown.remote()
         ray.kill(learner, no_restart=True)
     return {"metrics": metrics, "evals": evals, "wall_seconds": time.monotonic() - started, "policy_saved": saved,
-            "pool": asdict(pool_stats)}
+            "pool": asdict(pool_stats), "fleet": fleet.counts}
 
 
 class TrainingStepFailed(TrainingCallError):
@@ -414,7 +414,7 @@ def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any
                "group": cfg.group, "lr": cfg.lr, "loss_fn": cfg.loss_fn, "off_policy": cfg.off_policy,
                "heldout_before": before, "heldout_after": after, "wall_seconds": result["wall_seconds"],
                "cores": os.cpu_count() or 1, "policy_saved": result["policy_saved"],
-               "pool": result["pool"],
+               "pool": result["pool"], "fleet": result["fleet"],
                "evals": {str(k): v for k, v in result["evals"].items()}}
     (cfg.out / "summary.json").write_text(json.dumps(summary, indent=2))
     console.print(f"held-out pass rate: {before or 0.0:.1%} before -> {after:.1%} after {cfg.steps} steps "
