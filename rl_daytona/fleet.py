@@ -92,7 +92,8 @@ class RolloutFleet:
         self._reclaim, self._stop = reclaim, stop
         self._closing = False
         self._nodes = nodes  # the cluster's alive nodes, read in a thread (a GCS call)
-        self._reclaims: set[asyncio.Task[Any]] = set()
+        self._background: set[asyncio.Task[Any]] = set()  # reclaims and replacements
+        self._replacing = 0  # replacements on their way: a request with no live actor waits for them
         self.watchdog = Watchdog(WatchdogConfig(deadline=plan.rollout_deadline))
         self._watchdog_task: asyncio.Task[None] | None = None
         self._members: list[_Member] = []
@@ -140,7 +141,8 @@ class RolloutFleet:
         return out
 
     async def run(self, request: RolloutRequest) -> tuple[Any, Rollout]:
-        """Run one attempt; returns (an ObjectRef holding the rollout, the rollout)."""
+        """Run one attempt; returns (an ObjectRef holding the rollout, the rollout). Never waits
+        on an actor longer than `plan.result_bound`."""
         import ray
 
         failed_on = ""
@@ -209,7 +211,7 @@ class RolloutFleet:
                 self._lose(m)
 
         await asyncio.gather(*(close_one(m) for m in self._members if m.alive))
-        await asyncio.gather(*self._reclaims, return_exceptions=True)
+        await asyncio.gather(*self._background, return_exceptions=True)
 
     # -- internals ----------------------------------------------------------------------
 
@@ -223,7 +225,7 @@ class RolloutFleet:
         async with self._changed:
             while True:
                 live = [m for m in self._members if m.alive]
-                if not live:
+                if not live and not self._replacing:
                     return None
                 free = [m for m in live if m.in_flight < self._capacity]
                 if free and self._in_flight < self.plan.max_concurrent:
@@ -258,13 +260,15 @@ class RolloutFleet:
             if self._stop is not None:
                 self._stop(member.actor)
         if self._reclaim is not None:
-            task = asyncio.ensure_future(self._reclaim_from(member.name))
-            self._reclaims.add(task)
-            task.add_done_callback(self._reclaims.discard)
+            self._in_background(self._reclaim_from(member.name))
         if not self._closing and self._counts["actors_replaced"] < self.plan.replacements:
-            task = asyncio.ensure_future(self._replace(member.node_id))
-            self._reclaims.add(task)
-            task.add_done_callback(self._reclaims.discard)
+            self._replacing += 1
+            self._in_background(self._replace(member.node_id))
+
+    def _in_background(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _replace(self, node_id: str) -> None:
         """A fresh actor where one was lost, if that node is still up (else the watch tick's
@@ -272,13 +276,13 @@ class RolloutFleet:
         try:
             up = {n.node_id for n in self._eligible(await asyncio.to_thread(self._nodes))}
         except Exception:  # noqa: BLE001 - the cluster cannot be read: do not place blind
-            return
-        if node_id not in up or node_id not in self._known or self._closing \
-                or self._counts["actors_replaced"] >= self.plan.replacements:
-            return
-        self._counts["actors_replaced"] += 1
-        self._add(node_id)
-        async with self._changed:
+            up = set()
+        if (node_id in up and node_id in self._known and not self._closing
+                and self._counts["actors_replaced"] < self.plan.replacements):
+            self._counts["actors_replaced"] += 1
+            self._add(node_id)
+        self._replacing -= 1
+        async with self._changed:  # a request waiting for an actor now has one, or none is coming
             self._changed.notify_all()
 
     async def _reclaim_from(self, name: str) -> None:

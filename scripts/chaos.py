@@ -146,6 +146,9 @@ def report(out: Path, flags: list[str], code: int, kills: int, pool_killed: bool
           f"({lost['infra_error_rows']} infra_error, retried by the group policy: {counts.get('retried', 0)}, "
           f"groups dropped for infra {counts.get('groups_dropped_infra', 0)}; attempts whose actors were all "
           f"lost {lost.get('cut_off', 0)}); rollouts lost {lost['lost']}")
+    fleet = json.loads((out / "summary.json").read_text()).get("fleet") if (out / "summary.json").exists() else None
+    if fleet:
+        print("chaos: fleet " + ", ".join(f"{k} {v}" for k, v in fleet.items() if v))
     if code != 0:
         print(f"chaos: the train run failed; its log: {log}")
     return 0 if code == 0 and lost["lost"] == 0 and steps_done == steps else 1
