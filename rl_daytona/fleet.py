@@ -58,6 +58,8 @@ class FleetPlan:
         return self.rollout_deadline * 1.1 + self.result_grace if self.rollout_deadline > 0 else None
 
 
+CONTROL_BOUND = 60.0  # seconds the fleet waits on an actor's stats or close
+
 # (node id, actor name, rollouts in flight it must hold) -> a RolloutActor handle pinned to that node
 Spawn = Callable[[str, str, int], Any]
 # which alive nodes may hold RolloutActors (e.g. only the pool's machine for local sandboxes)
@@ -191,9 +193,11 @@ class RolloutFleet:
         out = []
         for m in [m for m in self._members if m.alive]:
             try:
-                out.append(await m.actor.stats.remote())
+                out.append(await asyncio.wait_for(_awaited(m.actor.stats.remote()), CONTROL_BOUND))
             except lost_actor_errors():
                 self._lose(m)
+            except asyncio.TimeoutError:  # a wedged actor: its stats are left out, the run goes on
+                pass
         return out
 
     async def close(self) -> None:
@@ -206,9 +210,11 @@ class RolloutFleet:
 
         async def close_one(m: _Member) -> None:
             try:
-                await m.actor.close.remote()
+                await asyncio.wait_for(_awaited(m.actor.close.remote()), CONTROL_BOUND)
             except lost_actor_errors():
                 self._lose(m)
+            except asyncio.TimeoutError:  # releases not done in time: the pool's shutdown sweeps by label
+                pass
 
         await asyncio.gather(*(close_one(m) for m in self._members if m.alive))
         await asyncio.gather(*self._background, return_exceptions=True)

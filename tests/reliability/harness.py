@@ -91,6 +91,7 @@ async def run_wide(spec: BackendSpec, out: Path, policy_url: str, group: int = 8
     out.mkdir(parents=True, exist_ok=True)
     requests = requests_for(TASKSET, split, group)
     the_pool = SandboxPool(spec, "run-wide", pool or PoolConfig(warm_size=0, max_creating=512, retry_backoff=0.05,
+                                                                 claim_timeout=deadline,
                                                                  ledger=str(out / "sandboxes.jsonl")))
     await the_pool.start()
     await the_pool.set_demand(len(requests))
