@@ -6,7 +6,9 @@ install, a curated handful of /etc files, private /dev, /proc and size-capped /t
 root, so RLIMIT_NPROC binds, counted per command) in fresh user, pid, net, ipc, uts and cgroup
 namespaces with a clean environment and no capabilities, and it dies with its bwrap.
 `run_limited` always returns an outcome for a command that ran; it raises only when the
-process could not be started.
+process could not be started. A `watch` coroutine (e.g. `disk_quota.QuotaWatch.watch`) runs
+beside the command and is handed the same kill as every other limit: the process group and
+the sandbox's escaped pid 1; it is cancelled once the command has exited.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import time
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Awaitable, Callable, Mapping
 
 from rl_daytona.backends.base import WORKSPACE, IsolationUnavailableError
 from rl_daytona.types import SandboxLimits
@@ -291,6 +293,9 @@ def _smoke_test(bwrap: str, python: PythonLayout) -> str | None:
     return stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {proc.returncode}"
 
 
+Watcher = Callable[[Callable[[], None]], Awaitable[None]]  # given the kill; runs beside a command
+
+
 @dataclass(frozen=True)
 class RunOutcome:
     """What one process did; stdout/stderr are already capped."""
@@ -339,7 +344,7 @@ async def run_limited(argv: list[str], *, limits: SandboxLimits, timeout: float,
                       stdin: bytes | None, output_cap: int, env: Mapping[str, str],
                       cwd: str | None = None,
                       nproc: bool = True, running: set[int] | None = None,
-                      launch: Launch | None = None) -> RunOutcome:
+                      launch: Launch | None = None, watch: Watcher | None = None) -> RunOutcome:
     """Run `argv` in its own session under the limits; kill it all at the deadline."""
     started = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
@@ -353,7 +358,7 @@ async def run_limited(argv: list[str], *, limits: SandboxLimits, timeout: float,
         if launch is not None:
             launch.spawned()
             await _handshake(launch, proc)
-        return await _supervise(proc, started, timeout, stdin, output_cap, launch)
+        return await _supervise(proc, started, timeout, stdin, output_cap, launch, watch)
     finally:
         if running is not None:
             running.discard(proc.pid)
@@ -370,11 +375,23 @@ async def _handshake(launch: Launch, proc: asyncio.subprocess.Process) -> None:
 
 
 async def _supervise(proc: asyncio.subprocess.Process, started: float, timeout: float,
-                     stdin: bytes | None, output_cap: int, launch: Launch | None = None) -> RunOutcome:
+                     stdin: bytes | None, output_cap: int, launch: Launch | None = None,
+                     watch: Watcher | None = None) -> RunOutcome:
     def kill_all() -> None:
         kill_now(proc.pid)
         _kill_escaped(launch.child_pid if launch else None)
 
+    watching = asyncio.ensure_future(watch(kill_all)) if watch else None
+    try:
+        return await _await_exit(proc, started, timeout, stdin, output_cap, launch, kill_all)
+    finally:
+        if watching is not None:
+            watching.cancel()  # done by now, or waiting on its next scan: nothing to await
+
+
+async def _await_exit(proc: asyncio.subprocess.Process, started: float, timeout: float,
+                      stdin: bytes | None, output_cap: int, launch: Launch | None,
+                      kill_all: Callable[[], None]) -> RunOutcome:
     capture = _Capture(output_cap, kill_all)
     pumps = asyncio.gather(_drain(proc.stdout, 0, capture), _drain(proc.stderr, 1, capture),
                            _feed(proc.stdin, stdin))

@@ -33,6 +33,12 @@ for pid 1, so a command's CPU time reaches us when it ends or hits a limit. It i
 (it also counts any other child this process reaped, other backends' too), and a command killed
 at its wall-clock deadline may be under-counted (its processes die with the pid namespace).
 
+Disk quota (`disk_quota.py`): every `exec` is watched; the sandbox's own upper (never the
+frozen layers a fork shares) may hold `workspace_mb` (or what it held when the command began,
+if the host seeded more). A command growing it past that is killed, what it wrote past the
+quota is taken back, and it comes back with `limit_hit="disk"` and a note on stderr; the
+sandbox goes on. Host-side file access and flattening are not charged.
+
 As root, sandbox processes run as host uid/gid `bwrap.HOST_ID` (the kernel does not apply
 RLIMIT_NPROC to host root even inside a user namespace), so uppers and files written from the
 host are chowned to it. As any other user they run as that user.
@@ -61,6 +67,7 @@ from pathlib import Path
 from typing import Iterator, Mapping
 
 from rl_daytona.backends import bwrap as bw
+from rl_daytona.backends import disk_quota as dq
 from rl_daytona.backends.base import (
     WORKSPACE, ExecResult, IsolationUnavailableError, SandboxError, SandboxHandle,
 )
@@ -72,6 +79,7 @@ LAYERS = "_layers"
 _OVERLAY_OPTION_BUDGET = 3000  # bytes of the lowerdir=... mount string (kernel page: 4096)
 _MAX_LAYERS = 64
 _READ_CAP = 1 << 30
+_MB = 1024 * 1024
 _MEMORY_MARKERS = (b"MemoryError", b"Cannot allocate memory", b"std::bad_alloc", b"out of memory")
 _FORK_MARKERS = (b"Cannot fork", b"fork: Resource temporarily unavailable", b"fork: retry")
 _READ_SCRIPT = ('p=$(realpath -e -- "$1" 2>/dev/null) || exit 2; case "$p" in /workspace|/workspace/*)'
@@ -175,21 +183,31 @@ class LocalBackend:
                    cwd: str = WORKSPACE, stdin: bytes | None = None,
                    env: Mapping[str, str] | None = None) -> ExecResult:
         meta = self._load(sandbox.sandbox_id)
-        out = await self._run(meta, ["sh", "-c", command], timeout=timeout, cwd=cwd,
-                              stdin=stdin, env=env, cap=self.limits.max_output_bytes)
-        return ExecResult(out.returncode, out.stdout.decode("utf-8", "replace"),
-                          out.stderr.decode("utf-8", "replace"), out.seconds, out.timed_out,
-                          out.output_truncated, _limit_hit(out))
+        quota = dq.QuotaWatch(self._upper(meta.sandbox_id), self.limits.workspace_mb * _MB)
+        await asyncio.to_thread(quota.start)
+        try:
+            out = await self._run(meta, ["sh", "-c", command], timeout=timeout, cwd=cwd,
+                                  stdin=stdin, env=env, cap=self.limits.max_output_bytes,
+                                  watch=quota.watch)
+        except asyncio.CancelledError:
+            quota.settle()  # its processes are killed: never leave the sandbox over quota
+            raise
+        over = await asyncio.to_thread(quota.settle)
+        stderr = out.stderr.decode("utf-8", "replace") + (over.message() if over else "")
+        return ExecResult(out.returncode, out.stdout.decode("utf-8", "replace"), stderr,
+                          out.seconds, out.timed_out, out.output_truncated,
+                          "disk" if over else _limit_hit(out))
 
     async def _run(self, meta: _Meta, command: list[str], *, timeout: float, cwd: str,
                    stdin: bytes | None, env: Mapping[str, str] | None, cap: int,
-                   view: bw.WorkspaceView | None = None) -> bw.RunOutcome:
+                   view: bw.WorkspaceView | None = None,
+                   watch: bw.Watcher | None = None) -> bw.RunOutcome:
         cwd = posixpath.normpath(posixpath.join(WORKSPACE, cwd))
         running = self._running.setdefault(meta.sandbox_id, set())
         try:
             if self.isolation == "none":
                 return await self._run_unisolated(meta, command, timeout, cwd, stdin, env, cap,
-                                                  running)
+                                                  running, watch)
             path = f"{self._python.bin_dir}:/usr/local/bin:/usr/bin:/bin"
             with bw.Launch() as launch:
                 argv = bw.bwrap_argv(self._bwrap, view or self._view(meta), self._python,
@@ -197,7 +215,7 @@ class LocalBackend:
                                      cwd=cwd, launch=launch, command=command)
                 return await bw.run_limited(argv, limits=self.limits, timeout=timeout,
                                             stdin=stdin, output_cap=cap, env={},
-                                            running=running, launch=launch)
+                                            running=running, launch=launch, watch=watch)
         except OSError as exc:
             raise SandboxError(f"cannot start a command in {meta.sandbox_id}: {exc}") from exc
         finally:
@@ -206,7 +224,7 @@ class LocalBackend:
 
     async def _run_unisolated(self, meta: _Meta, command: list[str], timeout: float, cwd: str,
                               stdin: bytes | None, env: Mapping[str, str] | None, cap: int,
-                              running: set[int]) -> bw.RunOutcome:
+                              running: set[int], watch: bw.Watcher | None) -> bw.RunOutcome:
         upper = self._upper(meta.sandbox_id)
         if cwd != WORKSPACE and not cwd.startswith(WORKSPACE + "/"):
             raise ValueError(f"isolation=none runs only under {WORKSPACE}, not in {cwd!r}")
@@ -214,7 +232,7 @@ class LocalBackend:
         path = f"{self._python.bin_dir}:/usr/local/bin:/usr/bin:/bin"
         return await bw.run_limited(command, limits=self.limits, timeout=timeout, stdin=stdin,
                                     output_cap=cap, env=bw.clean_env(path, str(upper), env),
-                                    cwd=host_cwd, nproc=False, running=running)
+                                    cwd=host_cwd, nproc=False, running=running, watch=watch)
 
     # ----- files -------------------------------------------------------------------------
     async def write_files(self, sandbox: SandboxHandle, files: Mapping[str, bytes | str]) -> None:

@@ -43,8 +43,6 @@ def test_filling_tmp_stops_at_its_size_inside_the_sandbox(tmp_path: Path, where:
     assert held == 0, "nothing reached the host's disk"
 
 
-@pytest.mark.xfail(strict=True, reason="no workspace quota: rl_daytona/backends/local.py binds the upper dir from "
-                                       "the host disk and only RLIMIT_FSIZE limits a single file")
 def test_filling_the_workspace_stops_at_workspace_mb(tmp_path: Path) -> None:
     output, code, held = _fill(tmp_path, "/workspace")
     assert held <= LIMITS.workspace_mb * MB, f"{held / MB:.0f} MB written to the host for a {LIMITS.workspace_mb} MB workspace"
