@@ -49,7 +49,7 @@ class ExecResult:
     seconds: float
     timed_out: bool = False
     output_truncated: bool = False
-    limit_hit: str | None = None  # "cpu" | "memory" | "processes" | "file_size" | "output" | None
+    limit_hit: str | None = None  # "cpu" | "memory" | "processes" | "file_size" | "output" | "disk" | None
 
     @property
     def output(self) -> str:
