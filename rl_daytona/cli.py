@@ -132,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     from rl_daytona.daytona_sim.cli import add_parser as add_daytona_sim_parser
     add_daytona_sim_parser(sub)
     _add_reap(sub)
+    from rl_daytona.bench.cli import add_parser as add_bench_parser
+    add_bench_parser(sub)
     return parser
 
 
@@ -212,6 +214,12 @@ def _daytona_sim(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from rl_daytona.bench.cli import run
+
+    return run(args)
+
+
 def _reap(args: argparse.Namespace) -> int:
     from rl_daytona.reap import ReapQuery, reap
 
@@ -236,7 +244,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM cleans up like Ctrl-C (again after ray.init)
-    commands = {"eval": _eval, "train": _train, "report": _report, "daytona-sim": _daytona_sim, "reap": _reap}
+    commands = {"eval": _eval, "train": _train, "report": _report, "daytona-sim": _daytona_sim, "reap": _reap,
+                "bench": _bench}
     try:
         code = commands[args.command](args)
     except BackendAuthError as exc:  # Ray wraps it when it came from an actor: print the cause's one line

@@ -4,12 +4,19 @@ Invariant: every sandbox the pool creates is handed out to exactly one claimer a
 liveness probe, or deleted; `release()` deletes in the background (never on the rollout's
 clock); at `shutdown()` nothing carrying the run's label is left. Every sandbox id is appended
 to the ledger (`PoolConfig.ledger`, e.g. RUNDIR/sandboxes.jsonl) when it is created, forked or
-deleted, so cleanup can be audited. When the backend's first sandbox says children can be forked
-(a Daytona VM snapshot), a sandbox waiting unclaimed in the ready queue is a parent: it forks one
-child at a time (taken out of the queue meanwhile) and every child is a parent in turn, so the
-supply grows as a tree; otherwise, and when no parent is idle, sandboxes are created cold.
-Plain class: the Ray options are applied in the composition root (`rl_daytona.runtime`), so
-tests build it without Ray.
+deleted, so cleanup can be audited.
+
+What to make and whom to serve is the `Planner`'s decision (`rl_daytona.planner`), taken again
+after every event (a claim, a create or fork ending): idle sandboxes go to waiting claimers
+first; when the backend's first sandbox says children can be forked (a Daytona VM snapshot),
+idle sandboxes the wave still needs as parents fork one child at a time (children fork in
+turn, so supply grows as a tree) while cold creates seed it; a cold create past its p95 gets a
+twin, and a sandbox nobody will claim (the loser of a twin race) is deleted. With
+`set_demand(n, next_wave=m)` the next wave is provisioned once the current one is covered.
+The making itself (creates, forks, the probe each new sandbox gets as it arrives, deletes) is
+the pool's `Stock` (`rl_daytona.stock`); a sandbox probed on arrival less than
+`reprobe_after` seconds ago is handed out without a second probe. Plain class: the Ray
+options are applied in the composition root (`rl_daytona.runtime`), so tests build it without Ray.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +33,8 @@ import numpy as np
 
 from rl_daytona.backends import Backend, BackendAuthError, BackendSpec, SandboxHandle, make_backend
 from rl_daytona.backends.provision import make_provisioner
+from rl_daytona.planner import Planner, PlannerConfig
+from rl_daytona.stock import Stock
 from rl_daytona.types import PoolStats
 
 
@@ -42,11 +52,16 @@ class PoolConfig:
     retry_backoff: float = 0.25
     claim_timeout: float = 120.0
     probe: bool = True
+    reprobe_after: float = 30.0  # a sandbox probed on arrival is handed out unprobed within this many seconds
     ledger: str = ""  # append-only JSON lines of sandbox ids (created / forked / deleted); "" = none
+    forking: str = "auto"  # auto: fork when the backend's first sandbox can; never; always
+    planner: PlannerConfig = PlannerConfig()
 
     def __post_init__(self) -> None:
         if self.warm_size < 0 or self.max_creating < 1 or self.create_retries < 0:
             raise ValueError("pool needs warm_size >= 0, max_creating >= 1 and create_retries >= 0")
+        if self.forking not in ("auto", "never", "always"):
+            raise ValueError(f"forking must be auto, never or always, got {self.forking!r}")
 
 
 class SandboxPool:
@@ -54,27 +69,24 @@ class SandboxPool:
                  backend: Backend | None = None) -> None:
         self.spec, self.run_id, self.config = spec, run_id, config
         self.backend = backend or make_backend(spec)
-        self._ready: asyncio.Queue[SandboxHandle] = asyncio.Queue()
-        self._in_use: dict[str, SandboxHandle] = {}
-        self._creating = 0
-        self._waiting = 0
-        self._demand_left: int | None = None
-        self._creates: set[asyncio.Task[None]] = set()
-        self._deletes: set[asyncio.Task[None]] = set()
-        self._waits: list[float] = []
-        self._counts = dict(created=0, forked=0, claimed=0, released=0, failed=0, deleted=0, probe_failed=0)
-        self._closed = False
+        self.planner = Planner(config.planner)
         self.provisioner = make_provisioner(self.backend)
-        self._first: asyncio.Future[None] | None = None
+        self._counts = dict(created=0, forked=0, claimed=0, released=0, failed=0, deleted=0, probe_failed=0,
+                            hedged=0, discarded=0)
+        self.stock = Stock(self.backend, run_id, config, self.planner.latency, self._counts, self._log,
+                           self._learn, self._pump_soon)
+        self._waiters: deque[asyncio.Future[SandboxHandle]] = deque()
+        self._in_use: dict[str, SandboxHandle] = {}
+        self._probing = 0  # handed to a claim, being probed: still supply until claimed
+        self._demand_left: int | None = None
+        self._next_wave = 0
+        self._waits: list[float] = []
+        self._pump_due = False
         self._provider: dict[str, Any] = {}
-        self._fatal: BackendAuthError | None = None  # rejected credentials: no create is tried again
-        self._fatal_set = asyncio.Event()
         self._claimer_of: dict[str, str] = {}  # sandbox id -> the RolloutActor that claimed it
         self._lost_claimers: set[str] = set()  # reclaimed: a claim of theirs still waiting is refused
         self._started: asyncio.Future[int] | None = None  # start()'s reap (a restarted pool runs it lazily)
         self._counts.update(reclaimed=0, reaped=0)
-        self._parents_out = 0  # ready sandboxes taken out of the queue while they fork a child
-        self._probing = 0  # sandboxes taken by a claim, being probed
 
     async def start(self) -> int:
         """Reap sandboxes a previous run with this id left behind; returns how many.
@@ -97,7 +109,7 @@ class SandboxPool:
             if h.sandbox_id in held:
                 self._in_use[h.sandbox_id] = h
                 self._claimer_of[h.sandbox_id] = held[h.sandbox_id]
-        await asyncio.gather(*(self._delete(h) for h in orphans))
+        await asyncio.gather(*(self.stock.delete(h) for h in orphans))
         self._counts["reaped"] += len(orphans)
         return len(orphans)
 
@@ -124,42 +136,46 @@ class SandboxPool:
         except Exception:  # noqa: BLE001 - a failed reap leaves orphans to shutdown's sweep by label
             pass
 
-    async def set_demand(self, claims_expected: int | None) -> None:
-        """Tell the pool how many claims are coming, so it provisions ahead and no further."""
+    async def set_demand(self, claims_expected: int | None, next_wave: int = 0) -> None:
+        """Tell the pool how many claims are coming (None: unknown), so it provisions ahead and no
+        further; `next_wave` claims follow them, provisioned once these are covered."""
         await self._start_once()
-        self._demand_left = claims_expected
-        await self.provisioner.size_for(claims_expected or 0)
-        self._top_up()
+        self._demand_left, self._next_wave = claims_expected, max(0, next_wave)
+        await self.provisioner.size_for((claims_expected or 0) + self._next_wave)
+        self._pump()
 
     async def claim(self, timeout: float | None = None, claimer: str = "") -> SandboxHandle:
         """A live sandbox for one rollout; raises ClaimTimeoutError past the deadline. `claimer`
         (a RolloutActor's name) is remembered, so `reclaim(claimer)` can delete what it held."""
         await self._start_once()
-        started = time.monotonic()
+        started = self._now()
         deadline = started + (timeout or self.config.claim_timeout)
         while True:
-            handle = await self._next_ready(deadline)  # counted in _probing from the moment it is taken
+            handle = await self._next_ready(deadline)  # counted in _probing from the moment it is handed
             try:
-                alive = not self.config.probe or await self.backend.is_alive(handle)
-            finally:
+                alive = not self.config.probe or self.stock.fresh(handle) or await self.backend.is_alive(handle)
+            except BaseException:
                 self._probing -= 1
+                self.stock.delete_later(handle)
+                raise
+            self._probing -= 1
             if alive:
                 break
             self._counts["probe_failed"] += 1
             self._log("probe_failed", handle)
-            self._spawn(self._delete(handle), self._deletes)
-            self._top_up()
+            self.stock.delete_later(handle)
         if claimer and claimer in self._lost_claimers:  # reclaimed while this claim waited
-            self._spawn(self._delete(handle), self._deletes)
+            self.stock.delete_later(handle)
             raise ClaimTimeoutError(f"claimer {claimer} was reclaimed (lost) while its claim waited")
         if claimer:
             self._claimer_of[handle.sandbox_id] = claimer
         self._log("claimed", handle, claimer=claimer)
         self._in_use[handle.sandbox_id] = handle
         self._counts["claimed"] += 1
-        self._waits.append(time.monotonic() - started)
+        self._waits.append(self._now() - started)
         if self._demand_left is not None:
             self._demand_left = max(0, self._demand_left - 1)
+        self._pump_soon()
         return handle
 
     async def release(self, handle: SandboxHandle) -> None:
@@ -168,7 +184,7 @@ class SandboxPool:
         self._log("released", handle)
         if self._in_use.pop(handle.sandbox_id, None) is not None:
             self._counts["released"] += 1
-        self._spawn(self._delete(handle), self._deletes)
+        self.stock.delete_later(handle)
 
     async def reclaim(self, claimer: str) -> int:
         """`claimer` is gone (its releases will never come): delete every sandbox it holds now,
@@ -181,7 +197,7 @@ class SandboxPool:
             if handle is not None:
                 self._counts["reclaimed"] += 1
                 self._log("reclaimed", handle)
-                self._spawn(self._delete(handle), self._deletes)
+                self.stock.delete_later(handle)
         return len(ids)
 
     async def fork(self, parent: SandboxHandle) -> SandboxHandle:
@@ -196,20 +212,20 @@ class SandboxPool:
         waits = np.asarray(self._waits or [0.0])
         return PoolStats(**self._counts, claim_wait_p50=float(np.percentile(waits, 50)),
                          claim_wait_p95=float(np.percentile(waits, 95)),
-                         in_use=len(self._in_use), ready=self._ready.qsize())
+                         in_use=len(self._in_use), ready=len(self.stock.idle))
+
+    async def drain(self) -> None:
+        """Wait until no create, fork, probe or delete is running (what is idle stays)."""
+        while self.stock.tasks or self.stock.deletes:
+            await asyncio.gather(*self.stock.tasks, *self.stock.deletes, return_exceptions=True)
 
     async def shutdown(self) -> PoolStats:
         """Stop provisioning, delete everything of the run, wait for the deletes."""
-        self._closed = True
-        for task in list(self._creates):
-            task.cancel()
-        await asyncio.gather(*self._creates, *self._deletes, return_exceptions=True)
-        while not self._ready.empty():
-            handle = self._ready.get_nowait()
+        for handle in await self.stock.close():
             self._in_use[handle.sandbox_id] = handle
         leftovers = list(self._in_use.values()) + await self._listed_leftovers()
         self._in_use.clear()
-        await asyncio.gather(*(self._delete(h) for h in {h.sandbox_id: h for h in leftovers}.values()))
+        await asyncio.gather(*(self.stock.delete(h) for h in {h.sandbox_id: h for h in leftovers}.values()))
         self._provider.update(await self.provisioner.close())
         stats = await self.stats()
         await self.backend.close()
@@ -230,109 +246,74 @@ class SandboxPool:
 
     # -- provisioning -------------------------------------------------------------------
 
-    async def _next_ready(self, deadline: float) -> SandboxHandle:
-        self._waiting += 1
-        try:
-            self._top_up()
-            return await self._ready_or_fatal(max(deadline - time.monotonic(), 0.001))
-        finally:
-            self._waiting -= 1
+    @staticmethod
+    def _now() -> float:
+        return asyncio.get_running_loop().time()
 
-    async def _ready_or_fatal(self, timeout: float) -> SandboxHandle:
-        """The next ready sandbox; a credentials error ends every wait at once, not at its deadline."""
-        if self._fatal is not None:
-            raise self._fatal
-        getter = asyncio.ensure_future(self._take())
-        fatal = asyncio.ensure_future(self._fatal_set.wait())
+    async def _next_ready(self, deadline: float) -> SandboxHandle:
+        """The next sandbox the planner hands out; a credentials error ends every wait at once."""
+        if self.stock.fatal is not None:
+            raise self.stock.fatal
+        waiter: asyncio.Future[SandboxHandle] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        self._pump_soon()  # claims arriving together are planned together
+        fatal = asyncio.ensure_future(self.stock.fatal_set.wait())
         try:
-            await asyncio.wait({getter, fatal}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({waiter, fatal}, timeout=max(deadline - self._now(), 0.001),
+                               return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            self._withdraw(waiter)
+            raise
         finally:
             fatal.cancel()
-            if not getter.done():
-                getter.cancel()
-        if getter.done() and not getter.cancelled():
-            return getter.result()
-        if self._fatal is not None:
-            raise self._fatal
+        if waiter.done():
+            return waiter.result()
+        self._withdraw(waiter)
+        if self.stock.fatal is not None:
+            raise self.stock.fatal
         raise ClaimTimeoutError(f"no sandbox ready within the claim timeout ({self._counts['failed']} creates failed)")
 
-    async def _take(self) -> SandboxHandle:
-        handle = await self._ready.get()
-        self._probing += 1  # still counted as supply until claimed, so nothing is made twice
-        return handle
+    def _withdraw(self, waiter: asyncio.Future[SandboxHandle]) -> None:
+        """A claim gave up: a sandbox already handed to it goes back to the idle ones."""
+        if waiter.done() and not waiter.cancelled():
+            self._probing -= 1
+            self.stock.put_back(waiter.result())
+        waiter.cancel()
+        self._pump_soon()
 
     def _target(self) -> int:
-        wanted = self.config.warm_size + self._waiting
+        """Sandboxes wanted now, the ones being probed for a claim included."""
+        claims = sum(1 for w in self._waiters if not w.done()) + self._probing
+        wanted = self.config.warm_size + claims
         if self._demand_left is not None:
-            wanted = min(wanted, max(self._demand_left, self._waiting))
+            wanted = min(wanted, max(self._demand_left, claims))
         return wanted
 
-    def _top_up(self) -> None:
-        while (not self._closed and self._fatal is None and self._creating < self.config.max_creating
-               and self._ready.qsize() + self._parents_out + self._probing + self._creating < self._target()):
-            self._creating += 1
-            self._spawn(self._create(), self._creates)
+    def _forkable(self) -> bool:
+        return self.config.forking == "always" or (self.config.forking == "auto" and self.provisioner.forkable)
 
-    async def _create(self) -> None:
-        try:
-            handle = await self._fork_idle_parent() if self.provisioner.forkable else None
-            handle = handle or await self._create_with_retries()
-            if handle is not None:
-                self._ready.put_nowait(handle)
-        finally:
-            self._creating -= 1
-            self._top_up()
+    def _pump_soon(self) -> None:
+        if not self._pump_due:
+            self._pump_due = True
+            asyncio.get_running_loop().call_soon(self._pump)
 
-    async def _fork_idle_parent(self) -> SandboxHandle | None:
-        """A child of a sandbox waiting unclaimed (out of the queue while it forks), or None."""
-        if self._ready.empty():
-            return None
-        parent = self._ready.get_nowait()
-        self._parents_out += 1
-        try:
-            child = await self.backend.fork(parent)
-        except Exception:  # noqa: BLE001 - a failed fork falls back to a cold create
-            self._counts["failed"] += 1
-            return None
-        finally:
-            self._parents_out -= 1
-            self._ready.put_nowait(parent)
-        self._counts["forked"] += 1
-        self._log("forked", child)
-        return child
-
-    async def _create_with_retries(self) -> SandboxHandle | None:
-        labels = {"rl-daytona-run": self.run_id, "rl-daytona-created": str(int(time.time()))}
-        for attempt in range(self.config.create_retries + 1):
-            try:
-                handle = await self.backend.create(self.run_id, labels)
-            except BackendAuthError as exc:
-                self._counts["failed"] += 1
-                self._fatal = exc
-                self._fatal_set.set()
-                return None
-            except Exception:  # noqa: BLE001 - any create failure is retried, then counted
-                self._counts["failed"] += 1
-                await asyncio.sleep(self.config.retry_backoff * (2 ** attempt))
-                continue
-            self._counts["created"] += 1
-            self._log("created", handle)
-            await self._learn(handle)
-            return handle
-        return None
+    def _pump(self) -> None:
+        """Ask the planner what to do now; the stock does it, the sandboxes it hands out go to claims."""
+        self._pump_due = False
+        if self.stock.closed or self.stock.fatal is not None:
+            return
+        self._waiters = deque(w for w in self._waiters if not w.done())
+        next_wave = self._next_wave if self._demand_left is not None else 0
+        keep = self._demand_left + next_wave if self._demand_left is not None else None  # claims still coming
+        supply = self.stock.supply(self._target(), len(self._waiters), self._probing, self._forkable(), next_wave, keep)
+        for handle in self.stock.carry_out(self.planner.plan(supply, self._now())):
+            self._probing += 1
+            self._waiters.popleft().set_result(handle)
 
     async def _learn(self, handle: SandboxHandle) -> None:
         try:
             await self.provisioner.learn(handle)
         except Exception:  # noqa: BLE001 - a warm pool is an optimisation; cold creates go on
-            pass
-
-    async def _delete(self, handle: SandboxHandle) -> None:
-        try:
-            await self.backend.delete(handle)
-            self._counts["deleted"] += 1
-            self._log("deleted", handle)
-        except Exception:  # noqa: BLE001 - a failed delete is left for the reaper
             pass
 
     def _log(self, event: str, handle: SandboxHandle, **extra: str) -> None:
@@ -344,9 +325,3 @@ class SandboxPool:
                 "parent_id": handle.parent_id, "run_id": self.run_id, **extra}
         with Path(self.config.ledger).open("a", encoding="utf-8") as out:
             out.write(json.dumps(line) + "\n")
-
-    @staticmethod
-    def _spawn(coro: object, tasks: set[asyncio.Task[None]]) -> None:
-        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)

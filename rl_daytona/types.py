@@ -109,6 +109,8 @@ class PoolStats:
     probe_failed: int = 0
     reclaimed: int = 0  # claimed by a RolloutActor that was lost, deleted when the fleet said so
     reaped: int = 0  # the run's sandboxes found at start (or at a restart) and deleted
+    hedged: int = 0  # creates past their p95 that got a twin
+    discarded: int = 0  # sandboxes made beyond what was claimed (stragglers, hedges), deleted unused
     claim_wait_p50: float = 0.0
     claim_wait_p95: float = 0.0
     in_use: int = 0

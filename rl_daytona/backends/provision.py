@@ -39,9 +39,10 @@ class Provisioner(Protocol):
 
 
 class NoProvisioner:
-    """Cold creates only."""
+    """Cold creates only (and forks when the backend says it can: `ModelBackend`)."""
 
-    forkable = False
+    def __init__(self, forkable: bool = False) -> None:
+        self.forkable = forkable
 
     async def start(self) -> None:
         return None
@@ -134,4 +135,4 @@ def make_provisioner(backend: Any) -> Provisioner:
     """The provisioner a backend supports."""
     if getattr(backend, "name", "") == "daytona":
         return DaytonaProvisioner(backend, max_warm=backend.options.max_creating)
-    return NoProvisioner()
+    return NoProvisioner(forkable=getattr(backend, "name", "") == "model" and bool(backend.forkable))

@@ -84,7 +84,8 @@ class Engine:
         member.auto_delete_interval = _num(body.get("autoDeleteInterval"), -1)
         member.set_state("starting")
         self.counters.served_from_warm += 1
-        seconds = latency.sample_warm(self._in_flight + 1, self.rng)
+        self._in_flight += 1  # a warm claim is a create in flight too (the model's concurrency)
+        seconds = latency.sample_warm(self._in_flight, self.rng)
         self._spawn(member, self._finish_start(member, seconds))
         return member
 
@@ -115,8 +116,11 @@ class Engine:
             self._in_flight -= 1
 
     async def _finish_start(self, record: SandboxRecord, seconds: float) -> None:
-        await asyncio.sleep(seconds * self.config.time_scale)
-        record.set_state("started")
+        try:
+            await asyncio.sleep(seconds * self.config.time_scale)
+            record.set_state("started")
+        finally:
+            self._in_flight -= 1
 
     def _started(self, record: SandboxRecord) -> None:
         record.broken = faults.is_broken(self.rng, self.config.probe_fail_rate)
