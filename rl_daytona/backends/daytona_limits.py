@@ -71,17 +71,28 @@ class WindowActor:
 
 
 class RayGate:
-    """The window in the run's named actor, shared by every process of the run."""
+    """The window in the run's named actor, shared by every process of the run. The actor dies
+    with the process that made it (a pool Ray restarts, a test's run): a gate whose actor died
+    makes (or finds) the run's window actor again, once per call, instead of failing every create."""
 
     def __init__(self, run_id: str, per_minute: int) -> None:
+        self._name, self._per_minute = f"rl-daytona-limits-{run_id}", per_minute
+        self._actor: Any = self._window_actor()
+
+    def _window_actor(self) -> Any:
         import ray
 
-        self._actor: Any = ray.remote(WindowActor).options(
-            name=f"rl-daytona-limits-{run_id}", get_if_exists=True, num_cpus=0,
-            lifetime=None).remote(per_minute)
+        return ray.remote(WindowActor).options(name=self._name, get_if_exists=True, num_cpus=0,
+                                               lifetime=None).remote(self._per_minute)
 
     async def acquire(self) -> float:
-        delay = await self._actor.delay.remote()
+        from ray.exceptions import RayActorError
+
+        try:
+            delay = await self._actor.delay.remote()
+        except RayActorError:
+            self._actor = self._window_actor()
+            delay = await self._actor.delay.remote()
         if delay > 0:
             await asyncio.sleep(delay)
         return max(delay, 0.0)

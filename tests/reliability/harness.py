@@ -82,7 +82,7 @@ def groups_of(requests: list[RolloutRequest]) -> dict[str, int]:
 
 async def run_wide(spec: BackendSpec, out: Path, policy_url: str, group: int = 8, actors: int = 2,
                    deadline: float = 600.0, pool: PoolConfig | None = None, split: str = "all",
-                   before_shutdown: Callable[[], None] = lambda: None) -> RunResult:
+                   before_shutdown: Callable[[], None] = lambda: None, run_id: str = "run-wide") -> RunResult:
     """Every task of the split `group` times at once; each attempt to the sink and to a real
     Learner (its retries dispatched again); `before_shutdown` runs when every rollout is back,
     before the pool's sweep."""
@@ -90,7 +90,7 @@ async def run_wide(spec: BackendSpec, out: Path, policy_url: str, group: int = 8
 
     out.mkdir(parents=True, exist_ok=True)
     requests = requests_for(TASKSET, split, group)
-    the_pool = SandboxPool(spec, "run-wide", pool or PoolConfig(warm_size=0, max_creating=512, retry_backoff=0.05,
+    the_pool = SandboxPool(spec, run_id, pool or PoolConfig(warm_size=0, max_creating=512, retry_backoff=0.05,
                                                                  claim_timeout=deadline,
                                                                  ledger=str(out / "sandboxes.jsonl")))
     await the_pool.start()
