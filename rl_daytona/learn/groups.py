@@ -3,7 +3,8 @@
 Invariant: every dispatched attempt ends in exactly one place: a complete group (trained on
 or dropped as all-equal), a group dropped for infrastructure failures, a stale drop, or a
 retry that is itself dispatched again, so `completed + dropped == dispatched` always holds.
-An infrastructure failure never enters a baseline as reward 0. Chunks hold whole groups only
+An infrastructure failure or a rollout that hit its deadline (status timeout: a hung sandbox
+looks the same as a hung agent from here) never enters a baseline as reward 0. Chunks hold whole groups only
 and stay under the byte budget unless a single group alone exceeds it.
 """
 
@@ -23,10 +24,12 @@ REQUEST_OVERHEAD_BYTES = 256  # the forward_backward request's wrapper around it
 
 @dataclass(frozen=True)
 class InfraPolicy:
-    """What to do with an attempt that hit an infrastructure error: retry it up to
-    `max_retries` times, then drop its whole group (a missing member would bias the baseline)."""
+    """What to do with an attempt whose status is in `retry_statuses` (infrastructure errors and
+    deadline timeouts): retry it up to `max_retries` times, then drop its whole group (a missing
+    member would bias the baseline)."""
 
     max_retries: int = 1
+    retry_statuses: tuple[RolloutStatus, ...] = (RolloutStatus.INFRA_ERROR, RolloutStatus.TIMEOUT)
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:
@@ -107,7 +110,7 @@ class GroupCollector:
             return Outcome()
         if rollout.attempt in group.members:
             raise ValueError(f"attempt {rollout.attempt} of group {rollout.group_id!r} arrived twice")
-        if rollout.status is RolloutStatus.INFRA_ERROR:
+        if rollout.status in self.policy.retry_statuses:
             used = group.retries.get(rollout.attempt, 0)
             if used < self.policy.max_retries:
                 group.retries[rollout.attempt] = used + 1

@@ -88,7 +88,9 @@ def test_a_flaky_service_applies_every_chunk_exactly_once(trajectories: list[Tra
     chunks = sum(r.chunks for r in reports)
     assert chunks == STEPS * GROUPS
     # the client saw every fault and absorbed it
-    assert stats.attempts == len(proxy.calls) and stats.failures == sum(faults.values())
+    # at least every injected fault; under heavy load an unfaulted call can also outlast the 1 s client
+    # timeout, and that is a failure absorbed the same way (the invariants below still hold exactly)
+    assert stats.attempts == len(proxy.calls) and stats.failures >= sum(faults.values())
     assert stats.retries == stats.failures  # every failure was followed by a retry that went on
     assert sum(r.calls.attempts for r in reports) + proxy.count("ok", "save") + sum(
         proxy.count(k, "save") for k in faults) == stats.attempts

@@ -55,8 +55,6 @@ def test_a_rollout_past_its_deadline_times_out_its_sandbox_is_deleted_and_the_wa
           f"dropped {result.counts['groups_dropped_infra']}")
 
 
-@pytest.mark.xfail(strict=True, reason="rl_daytona/learn/groups.py (part A's) scores a timed-out attempt as a "
-                                       "reward-0 member; only infra_error goes through the retry/drop policy")
 def test_a_timed_out_attempt_goes_through_the_group_policy(tmp_path: Path) -> None:
     result = _hanging_run(tmp_path)
     first_timeouts = [r for r in result.rollouts if r.status is RolloutStatus.TIMEOUT and "-retry" not in r.rollout_id]
