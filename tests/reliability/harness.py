@@ -100,7 +100,10 @@ async def run_wide(spec: BackendSpec, out: Path, policy_url: str, group: int = 8
     def spawn(node_id: str, name: str, concurrency: int) -> InProcessActor:
         return InProcessActor(RolloutActor(the_pool, spec, TASKSET, settings, name, concurrency))
 
-    plan = FleetPlan(actors=actors, max_concurrent=len(requests), watch_seconds=0, rollout_deadline=deadline)
+    # wedge detection has its own test (a fake actor that never answers); here a generous grace keeps a
+    # starved event loop on a loaded machine from being taken for a wedged actor
+    plan = FleetPlan(actors=actors, max_concurrent=len(requests), watch_seconds=0, rollout_deadline=deadline,
+                     result_grace=60.0)
     fleet = RolloutFleet(spawn, plan, TASKSET, driver_node="here", reclaim=getattr(the_pool, "reclaim", None))
     await fleet.start(HERE)
     sink, learner = RolloutSink(out / "rollouts.jsonl"), Learner(lambda: None, LearnerConfig())
