@@ -5,11 +5,20 @@ Figures, precisely:
 - rollouts/s = N / wall, wall from the first dispatch to the last rollout handed to the Learner;
 - wall / CPU floor, the CPU floor = CPU seconds of the sandbox processes (every RolloutActor's
   RUSAGE_CHILDREN) / cores: 1.0 means the cores did nothing but sandbox work;
-- orchestration overhead per rollout, three parts, each a mean over the rollouts (p50 too):
-  Ray = the fleet's round trip for the rollout minus the rollout's own time inside its actor
-  (dispatch, result through the object store, fleet bookkeeping); pool = the rollout's claim
-  phase (a Ray call to the pool actor and, when none is ready, the wait for a sandbox);
-  learner = the `Learner.add` round trip. Releases are off the rollout's clock (background).
+- the machine's load average while it ran (mean and max of 5 s samples), since on a shared
+  machine other users' work stretches the wall time but not the CPU floor;
+- orchestration overhead per rollout, two ways:
+  CPU: the CPU milliseconds per rollout of the driver (dispatch, fleet), the pool actor, the
+  Learner actor and Ray's own processes (raylet, GCS, ...): the Ray / pool / learner hand-off
+  machinery (`orchestration_cpu_ms_per_rollout`); the RolloutActors' own CPU (agent loop, HTTP
+  to the policy, Ray worker threads) and the policy server are reported beside it, not in it;
+  latency: each a mean over the rollouts (p50 and p95 too): Ray = the fleet's round trip minus
+  the rollout's own time inside its actor (dispatch, queueing in a busy actor, result through
+  the object store); pool = the rollout's claim phase (a call to the pool actor and, when none
+  is ready, the wait for a sandbox); learner = the `Learner.add` round trip. With the cores kept
+  busy by sandbox work (the point of a CPU floor near 1) every one of these waits for a core,
+  so the latency figures grow with the load while the CPU figures do not.
+  Releases are off the rollout's clock (background).
 Dispatch is bounded by `max_concurrent` outside the fleet as well, so waiting for a free slot
 is never counted as overhead.
 
@@ -21,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import time
 import uuid
 from dataclasses import dataclass
@@ -83,16 +93,62 @@ async def _run(cfg: RolloutBench, policy_url: str) -> dict[str, Any]:
         fleet = runtime.start_fleet(pool, spec, "calc", Settings(policy_url=policy_url), plan)
         await fleet.start()
         await fleet.stats()  # every actor is up before the clock starts (actor start-up is not overhead)
+        actors = {"pool": [pool], "learner": [learner], "rollout_actors": [m.actor for m in fleet._members]}
+        cpu_before = await _cpu(actors)
         started = time.monotonic()
+        loads: list[float] = []
+        sampler = asyncio.ensure_future(_sample_load(loads))
         timings = await _dispatch(fleet, learner, requests, cfg.max_concurrent)
         wall = time.monotonic() - started
+        sampler.cancel()
+        cpu_after = await _cpu(actors)
         actor_stats = await fleet.stats()
         await fleet.close()
     finally:
         pool_stats = await pool.shutdown.remote()
         await learner.close.remote()
     cpu = sum(s.sandbox_cpu_seconds for s in actor_stats)
-    return _figures(timings, wall, cpu, pool_stats)
+    figures = _figures(timings, wall, cpu, pool_stats)
+    figures["load_1m"] = {"mean": round(float(np.mean(loads or [0.0])), 2), "max": round(max(loads or [0.0]), 2)}
+    per = {k: round(1000 * (cpu_after[k] - cpu_before[k]) / len(timings), 2) for k in cpu_after}
+    figures["cpu_ms_per_rollout"] = per
+    figures["orchestration_cpu_ms_per_rollout"] = round(per["driver"] + per["pool"] + per["learner"] + per["ray_system"], 2)
+    return figures
+
+
+def _own_cpu(_actor: Any = None) -> float:
+    """User + system CPU seconds of the calling process (its children not included)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _proc_cpu(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+async def _cpu(actors: dict[str, list[Any]]) -> dict[str, float]:
+    """CPU seconds so far: the driver, each group of actors (run inside them), Ray's processes."""
+    import ray
+
+    out = {"driver": _own_cpu()}
+    for group, handles in actors.items():
+        out[group] = sum(await asyncio.gather(*(h.__ray_call__.remote(_own_cpu) for h in handles)))
+    node = getattr(ray._private.worker, "_global_node", None)
+    system = [p.process.pid for procs in (node.all_processes.values() if node else []) for p in procs]
+    out["ray_system"] = sum(_proc_cpu(pid) for pid in system)
+    return out
+
+
+async def _sample_load(loads: list[float], every: float = 5.0) -> None:
+    """The machine's 1-minute load average every few seconds (2.0 = both cores busy): other
+    users' work on a shared machine shows here, not in the sandboxes' CPU seconds."""
+    while True:
+        loads.append(os.getloadavg()[0])
+        await asyncio.sleep(every)
 
 
 def _group_sizes(requests: list[RolloutRequest]) -> dict[str, int]:
@@ -134,8 +190,8 @@ def _figures(timings: list[tuple[Rollout, float, float]], wall: float, cpu: floa
         "rollouts_per_second": round(len(timings) / wall, 3) if wall else 0.0,
         "sandbox_cpu_seconds": round(cpu, 2), "cores": cores,
         "wall_over_cpu_floor": round(wall / (cpu / cores), 3) if cpu else None,
-        "overhead_per_rollout_ms": round(sum(v["mean"] for v in overhead.values()), 2),
-        "overhead": overhead, "statuses": statuses,
+        "overhead_latency_ms_per_rollout": round(sum(v["mean"] for v in overhead.values()), 2),
+        "overhead_latency": overhead, "statuses": statuses,
         "pass_rate": round(sum(r.reward >= 1.0 for r in scored) / len(scored), 3) if scored else 0.0,
         "pool": {"created": pool_stats.created, "claimed": pool_stats.claimed, "deleted": pool_stats.deleted,
                  "failed": pool_stats.failed},
