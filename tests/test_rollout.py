@@ -10,6 +10,7 @@ from rl_daytona.pool import PoolConfig, SandboxPool
 from rl_daytona.rollout import RolloutActor
 from rl_daytona.types import RolloutRequest, RolloutStatus, Settings
 from tests.fakes.flaky_backend import FlakyBackend
+from rl_daytona.backends import make_backend
 from tests.fakes.scripted_llm import Reply, ScriptedLLM
 
 TASKSET = "tests.tasks.example_task:EXAMPLE_TASKSET"
@@ -25,9 +26,10 @@ def _run(tmp_path: Path, replies: list[Reply], pool_config: PoolConfig = PoolCon
         from rl_daytona.tasks import get_taskset
 
         spec = BackendSpec(root=str(tmp_path / "sb"))
-        pool = SandboxPool(spec, "run-r", pool_config)
+        backend = make_backend(spec)
         if flaky is not None:
-            pool.backend = FlakyBackend(pool.backend, fail_creates=flaky)  # type: ignore[assignment]
+            backend = FlakyBackend(backend, fail_creates=flaky)  # type: ignore[assignment]
+        pool = SandboxPool(spec, "run-r", pool_config, backend=backend)
         await pool.start()
         actor = RolloutActor(pool, spec, TASKSET, Settings(policy_url=url, **settings))  # type: ignore[arg-type]
         task_id = get_taskset(TASKSET).instances[0].instance_id
