@@ -76,8 +76,8 @@ def train_rollouts() -> list[Rollout]:
 
 def metrics_lines() -> list[dict[str, Any]]:
     first = {"step": -1, "heldout_pass_rate": 0.0, "policy_version": 0, "train_pass_rate": None}
-    one = _metrics_line(_report(0, 2, 1, 1000, 1, 1, 1), 3.0, 4.0, None, None)
-    two = _metrics_line(_report(1, 2, 2, 3000, 1, 1, 1), 3.0, 4.0, {"pass_rate": 1.0}, None)
+    one = _metrics_line(_report(0, 2, 1, 1000, 1, 1, 1), 3.0, 4.0, None, None, None)
+    two = _metrics_line(_report(1, 2, 2, 3000, 1, 1, 1), 3.0, 4.0, {"pass_rate": 1.0}, None, None)
     return [first, one, two]
 
 
