@@ -11,7 +11,13 @@ Figures, precisely:
   CPU: the CPU milliseconds per rollout of the driver (dispatch, fleet), the pool actor, the
   Learner actor and Ray's own processes (raylet, GCS, ...): the Ray / pool / learner hand-off
   machinery (`orchestration_cpu_ms_per_rollout`); the RolloutActors' own CPU (agent loop, HTTP
-  to the policy, Ray worker threads) and the policy server are reported beside it, not in it;
+  to the policy, Ray worker threads) and the policy server are reported beside it, not in it.
+  Much of that gross figure is not per rollout at all: Ray's processes and every idle actor
+  burn CPU by the second (polling, heartbeats, metrics), so a longer run charges more of it to
+  each rollout. Those same processes are therefore first watched for `idle_seconds` with
+  nothing dispatched (every actor up, the pool's warm queue full), and the marginal figure
+  (`orchestration_marginal_cpu_ms_per_rollout`) is the gross CPU minus that idle rate x the
+  run's wall time, per rollout: what dispatching, claiming, releasing and handing off cost;
   latency: each a mean over the rollouts (p50 and p95 too): Ray = the fleet's round trip minus
   the rollout's own time inside its actor (dispatch, queueing in a busy actor, result through
   the object store); pool = the rollout's claim phase (a call to the pool actor and, when none
@@ -50,6 +56,7 @@ class RolloutBench:
     max_concurrent: int = 64
     rollout_actors: int = 2
     out: Path = Path("runs/bench-rollouts")
+    idle_seconds: float = 20.0  # the idle baseline window (0: none, marginal figure not reported)
 
 
 def bench_requests(n: int) -> list[RolloutRequest]:
@@ -87,13 +94,15 @@ async def _run(cfg: RolloutBench, policy_url: str) -> dict[str, Any]:
     learner = runtime.start_learner(None, LearnerConfig())
     try:
         await pool.start.remote()
-        await pool.set_demand.remote(len(requests))
-        await learner.begin_step.remote(0, _group_sizes(requests))
         plan = FleetPlan(actors=cfg.rollout_actors, max_concurrent=cfg.max_concurrent)
         fleet = runtime.start_fleet(pool, spec, "calc", Settings(policy_url=policy_url), plan)
         await fleet.start()
         await fleet.stats()  # every actor is up before the clock starts (actor start-up is not overhead)
+        await pool.drain.remote()  # the warm queue is full: the idle window sees no creates
         actors = {"pool": [pool], "learner": [learner], "rollout_actors": [m.actor for m in fleet._members]}
+        idle = await _idle_rate(actors, cfg.idle_seconds)
+        await pool.set_demand.remote(len(requests))
+        await learner.begin_step.remote(0, _group_sizes(requests))
         cpu_before = await _cpu(actors)
         started = time.monotonic()
         loads: list[float] = []
@@ -112,8 +121,31 @@ async def _run(cfg: RolloutBench, policy_url: str) -> dict[str, Any]:
     figures["load_1m"] = {"mean": round(float(np.mean(loads or [0.0])), 2), "max": round(max(loads or [0.0]), 2)}
     per = {k: round(1000 * (cpu_after[k] - cpu_before[k]) / len(timings), 2) for k in cpu_after}
     figures["cpu_ms_per_rollout"] = per
-    figures["orchestration_cpu_ms_per_rollout"] = round(per["driver"] + per["pool"] + per["learner"] + per["ray_system"], 2)
+    figures["orchestration_cpu_ms_per_rollout"] = round(sum(per[k] for k in ORCHESTRATION), 2)
+    if idle is not None:
+        figures["idle_cpu_ms_per_second"] = {k: round(1000 * v, 2) for k, v in idle.items()}
+        figures["orchestration_marginal_cpu_ms_per_rollout"] = marginal_ms_per_rollout(
+            per, idle, wall, len(timings))
     return figures
+
+
+ORCHESTRATION = ("driver", "pool", "learner", "ray_system")
+
+
+def marginal_ms_per_rollout(per: dict[str, float], idle: dict[str, float], wall: float, n: int) -> float:
+    """Orchestration CPU ms per rollout above what the same processes burn idle over `wall`
+    (`per`: gross ms per rollout by process group; `idle`: CPU seconds per second)."""
+    return round(sum(per[k] - 1000 * idle[k] * wall / n for k in ORCHESTRATION), 2)
+
+
+async def _idle_rate(actors: dict[str, list[Any]], seconds: float) -> dict[str, float] | None:
+    """CPU seconds per second each process group spends with nothing dispatched."""
+    if seconds <= 0:
+        return None
+    before, started = await _cpu(actors), time.monotonic()
+    await asyncio.sleep(seconds)
+    after, elapsed = await _cpu(actors), time.monotonic() - started
+    return {k: max(0.0, (after[k] - before[k]) / elapsed) for k in after}
 
 
 def _own_cpu(_actor: Any = None) -> float:

@@ -108,3 +108,33 @@ def test_kill_escaped_kills_a_sandbox_pid_1(tmp_path: Path) -> None:
     if bw.sandbox_host_id() is None:
         pytest.skip("the sandbox's pid is only reported through the root handshake")
     asyncio.run(go())
+
+
+@pytest.mark.parametrize("launcher", ["prlimit", "preexec_fn"])
+def test_every_limit_binds_the_command_with_either_launcher(launcher: str,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands start through util-linux's `prlimit` (so Python can vfork: a preexec_fn makes
+    a big Ray worker fork() at tens of ms a command); without prlimit the preexec_fn applies
+    the same limits. Either way the command sees exactly the configured limits."""
+    if launcher == "prlimit" and bw.find_prlimit() is None:
+        pytest.skip("no prlimit on this machine")
+    monkeypatch.setattr(bw, "_PRLIMIT", bw.find_prlimit() if launcher == "prlimit" else None)
+    limits = SandboxLimits(cpu_seconds=7, memory_mb=300, max_file_mb=3, max_processes=77)
+
+    async def go() -> bw.RunOutcome:
+        return await bw.run_limited(["sh", "-c", "ulimit -t; ulimit -v; ulimit -f; ulimit -p"],
+                                    limits=limits, timeout=30, stdin=None, output_cap=4096, env=ENV)
+
+    outcome = asyncio.run(go())
+    assert outcome.returncode == 0, outcome.stderr
+    # dash reports -v in KiB, -f in 512-byte blocks, processes as -p
+    assert outcome.stdout.decode().split() == ["7", str(300 * 1024), str(3 * 2048), "77"]
+
+
+def test_the_prlimit_prefix_names_every_limit() -> None:
+    limits = SandboxLimits(cpu_seconds=5, memory_mb=10, max_file_mb=2, max_processes=9)
+    prefix = bw.limit_prefix(limits, nproc=True, prlimit="/usr/bin/prlimit")
+    assert prefix == ["/usr/bin/prlimit", "--cpu=5:6", f"--as={10 << 20}:{10 << 20}",
+                      f"--fsize={2 << 20}:{2 << 20}", "--nproc=9:9", "--"]
+    assert bw.limit_prefix(limits, nproc=False, prlimit="/p")[-2] == f"--fsize={2 << 20}:{2 << 20}"
+    assert bw.limit_prefix(limits, nproc=True, prlimit=None) == []

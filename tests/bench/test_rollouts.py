@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rl_daytona.bench.rollouts import RolloutBench, bench_requests, run_rollout_bench
+from rl_daytona.bench.rollouts import RolloutBench, bench_requests, marginal_ms_per_rollout, run_rollout_bench
 
 
 def test_requests_come_in_whole_groups_over_calc() -> None:
@@ -18,11 +18,21 @@ def test_requests_come_in_whole_groups_over_calc() -> None:
     assert len(small) == 5 and len({r.task_id for r in small}) == 5
 
 
+def test_the_marginal_figure_takes_off_what_the_processes_burn_idle_over_the_run() -> None:
+    per = {"driver": 10.0, "pool": 30.0, "learner": 20.0, "ray_system": 90.0, "rollout_actors": 500.0}
+    idle = {"driver": 0.001, "pool": 0.002, "learner": 0.003, "ray_system": 0.05, "rollout_actors": 0.5}
+    # 100 rollouts over 200 s: idle burns (1 + 2 + 3 + 50) ms/s x 200 s / 100 = 112 ms per rollout
+    assert marginal_ms_per_rollout(per, idle, wall=200.0, n=100) == pytest.approx(150.0 - 112.0)
+    # RolloutActors are not orchestration: their idle rate changes nothing
+    assert marginal_ms_per_rollout(per, {**idle, "rollout_actors": 9.0}, 200.0, 100) == pytest.approx(38.0)
+
+
 @pytest.mark.usefixtures("ray_session")
 def test_a_small_run_reports_throughput_floor_and_overhead(tmp_path: Path) -> None:
     from rl_daytona.backends.local import LocalBackend
 
-    figures = run_rollout_bench(RolloutBench(n=2, max_concurrent=2, rollout_actors=1, out=tmp_path))
+    figures = run_rollout_bench(RolloutBench(n=2, max_concurrent=2, rollout_actors=1, out=tmp_path,
+                                             idle_seconds=1.0))
     assert figures["rollouts"] == 2 and sum(figures["statuses"].values()) == 2
     assert figures["sandbox_cpu_seconds"] > 0 and figures["wall_over_cpu_floor"] > 0
     parts = figures["overhead_latency"]
@@ -33,6 +43,10 @@ def test_a_small_run_reports_throughput_floor_and_overhead(tmp_path: Path) -> No
     assert cpu["pool"] > 0 and cpu["rollout_actors"] > 0 and cpu["ray_system"] > 0
     assert figures["orchestration_cpu_ms_per_rollout"] == pytest.approx(
         cpu["driver"] + cpu["pool"] + cpu["learner"] + cpu["ray_system"], abs=0.05)
+    idle = figures["idle_cpu_ms_per_second"]
+    assert set(idle) == set(cpu) and min(idle.values()) >= 0
+    assert figures["orchestration_marginal_cpu_ms_per_rollout"] == pytest.approx(marginal_ms_per_rollout(
+        cpu, {k: v / 1000 for k, v in idle.items()}, figures["wall_seconds"], 2), abs=1.0)
     assert figures["pool"]["deleted"] >= figures["pool"]["claimed"] == 2
     import asyncio
 
