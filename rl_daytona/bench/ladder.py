@@ -6,7 +6,9 @@ time the median and the worst rep, CPU seconds the median rep, the machine's 1-m
 average the highest seen), `ladder_waves.csv` one row per
 wave, and `ladder.png` one
 line per mode of time to usable (p50, with the max as a dashed line of the same colour) by
-width, the walkthrough's published figures drawn as grey marks beside them. Rows are appended
+width, the walkthrough's published figures drawn as grey marks beside them. `handed_p50` is
+the median time until the pool handed a sandbox out, before the command that makes it usable
+(on the local backend that command, a bwrap launch, is most of the time to usable). Rows are appended
 to the CSVs as waves finish, so an interrupted ladder keeps what it measured.
 """
 
@@ -26,10 +28,10 @@ PUBLISHED_WARM = {128: 4.4, 256: 7.3}
 PUBLISHED_COLD_WORST_256 = 15.1
 
 WAVE_FIELDS = ("backend", "mode", "width", "rep", "requested", "delivered", "lost", "on_hand", "created",
-               "forked", "failed", "hedged", "discarded", "usable_p50", "usable_p95", "usable_max", "wall_s", "cpu_s", "load_1m")
+               "forked", "failed", "hedged", "discarded", "usable_p50", "usable_p95", "usable_max", "wall_s", "cpu_s", "load_1m", "handed_p50")
 LEVEL_FIELDS = ("backend", "mode", "width", "reps", "requested", "delivered", "lost", "on_hand", "created",
                 "forked", "failed", "hedged", "discarded", "usable_p50", "usable_p95", "usable_max",
-                "wall_p50_s", "wall_max_s", "cpu_p50_s", "load_1m_max")
+                "wall_p50_s", "wall_max_s", "cpu_p50_s", "load_1m_max", "handed_p50")
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,8 @@ class Level:
                 **total, **_percentiles(usable), "wall_p50_s": round(statistics.median(walls), 3),
                 "wall_max_s": round(max(walls), 3),
                 "cpu_p50_s": round(statistics.median(w.cpu for w in self.waves), 2),
-                "load_1m_max": round(max(w.load for w in self.waves), 2)}
+                "load_1m_max": round(max(w.load for w in self.waves), 2),
+                "handed_p50": _p50([t for w in self.waves for t in w.handed])}
 
 
 def wave_row(wave: WaveResult) -> dict[str, object]:
@@ -58,7 +61,12 @@ def wave_row(wave: WaveResult) -> dict[str, object]:
             "requested": wave.width, "delivered": len(wave.usable), "lost": wave.lost, "on_hand": wave.on_hand,
             "created": wave.created, "forked": wave.forked, "failed": wave.failed, "hedged": wave.hedged,
             "discarded": wave.discarded, **_percentiles(usable), "wall_s": round(wave.wall, 3),
-            "cpu_s": round(wave.cpu, 2), "load_1m": round(wave.load, 2)}
+            "cpu_s": round(wave.cpu, 2), "load_1m": round(wave.load, 2), "handed_p50": _p50(list(wave.handed))}
+
+
+def _p50(times: list[float]) -> float:
+    """Median seconds to handed out (nan when none was recorded)."""
+    return round(float(np.percentile(times, 50)), 3) if times else float("nan")
 
 
 def _percentiles(usable: np.ndarray) -> dict[str, float]:

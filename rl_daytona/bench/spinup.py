@@ -59,6 +59,7 @@ class WaveResult:
     wall: float
     cpu: float  # CPU seconds this machine spent on the wave (benchmark, sim and sandboxes; 0 on the model)
     load: float  # the machine's 1-minute load average when the wave ended (other users' work included)
+    handed: tuple[float, ...] = ()  # seconds until the pool handed each delivered sandbox out (before its command)
 
 
 def pool_config(mode: str, width: int, warm_on_hand: int, max_creating: int) -> PoolConfig:
@@ -84,14 +85,15 @@ async def run_wave(target: Target, mode: str, width: int, rep: int, warm_on_hand
     try:
         on_hand = await _prepare(pool, target, mode, width, warm_on_hand)
         cpu = target.cpu_seconds() if target.kind != "model" else 0.0
-        usable, lost, wall = await _timed_wave(pool, target, width)
+        usable, handed, lost, wall = await _timed_wave(pool, target, width)
         cpu = target.cpu_seconds() - cpu if target.kind != "model" else 0.0
     finally:
         stats = await pool.shutdown()
         if mode == "warm" and target.kind == "daytona-sim":
             await _remove_warm_pools(target)
     return WaveResult(target.kind, mode, width, rep, tuple(sorted(usable)), lost, on_hand, stats.created,
-                      stats.forked, stats.failed, stats.hedged, stats.discarded, wall, cpu, os.getloadavg()[0])
+                      stats.forked, stats.failed, stats.hedged, stats.discarded, wall, cpu, os.getloadavg()[0],
+                      tuple(sorted(handed)))
 
 
 async def _prepare(pool: SandboxPool, target: Target, mode: str, width: int, warm_on_hand: int) -> int:
@@ -107,30 +109,33 @@ async def _prepare(pool: SandboxPool, target: Target, mode: str, width: int, war
     return (await pool.stats()).ready
 
 
-async def _timed_wave(pool: SandboxPool, target: Target, width: int) -> tuple[list[float], int, float]:
+async def _timed_wave(pool: SandboxPool, target: Target, width: int) -> tuple[list[float], list[float], int, float]:
+    """(seconds to usable, seconds to handed out, lost, wall) of one wave."""
     loop = asyncio.get_running_loop()
     started = loop.time()
     await pool.set_demand(width)
 
     commands = asyncio.Semaphore(2 * (os.cpu_count() or 1))
 
-    async def one() -> tuple[Any, float]:
+    async def one() -> tuple[Any, float, float]:
         handle = await pool.claim()
+        handed = loop.time() - started
         if not target.probe_runs_a_command:
             async with commands:
                 result = await pool.backend.exec(handle, "echo usable", timeout=60)
             if result.exit_code != 0 or result.stdout.strip() != "usable":
-                return handle, -1.0
-        return handle, loop.time() - started
+                return handle, handed, -1.0
+        return handle, handed, loop.time() - started
 
     outcomes = await asyncio.gather(*(one() for _ in range(width)), return_exceptions=True)
     delivered = [o for o in outcomes if not isinstance(o, BaseException)]
-    await asyncio.gather(*(pool.release(handle) for handle, _ in delivered))
+    await asyncio.gather(*(pool.release(handle) for handle, _, _ in delivered))
     await pool.set_demand(0)
     await pool.drain()
     wall = loop.time() - started
-    usable = [t for _, t in delivered if t >= 0]
-    return usable, width - len(usable), wall
+    usable = [t for _, _, t in delivered if t >= 0]
+    handed = [h for _, h, t in delivered if t >= 0]
+    return usable, handed, width - len(usable), wall
 
 
 async def _fill_warm_pool(target: Target, size: int) -> None:

@@ -60,6 +60,8 @@ def test_a_local_ladder_times_a_command_in_every_sandbox_and_deletes_them(
     assert [r["mode"] for r in levels] == ["cold", "warm", "auto"]
     assert all(r["delivered"] == "4" and r["lost"] == "0" for r in levels)
     assert levels[1]["created"] == "4" and levels[2]["on_hand"] == "16"
+    # handed out by the pool first, usable once its command answered
+    assert all(0 <= float(r["handed_p50"]) <= float(r["usable_p50"]) for r in levels)
     import asyncio
 
     assert asyncio.run(LocalBackend(out / "work" / "sandboxes").list_sandboxes()) == []
