@@ -271,7 +271,8 @@ class SandboxPool:
         self._withdraw(waiter)
         if self.stock.fatal is not None:
             raise self.stock.fatal
-        raise ClaimTimeoutError(f"no sandbox ready within the claim timeout ({self._counts['failed']} creates failed)")
+        last = f"; last: {self.stock.last_error}" if self.stock.last_error else ""
+        raise ClaimTimeoutError(f"no sandbox ready within the claim timeout ({self._counts['failed']} creates failed{last})")
 
     def _withdraw(self, waiter: asyncio.Future[SandboxHandle]) -> None:
         """A claim gave up: a sandbox already handed to it goes back to the idle ones."""

@@ -5,7 +5,8 @@ probed as it arrives, off every claim's clock, and from then on is idle (it may 
 forking, handed out by `carry_out` (only once its probe passed), or deleted (a failed probe, a
 surplus the planner discards, shutdown). Each event (a create, fork or probe ending) calls
 `on_change`, so the owner plans again. Creates are retried `create_retries` times, then counted
-as failed; a rejected credential stops every create (`fatal`). Plain class owned by the
+as failed; while creates keep failing so, each new one first waits (doubling, at most
+FAILING_BACKOFF_MAX); a rejected credential stops every create (`fatal`). Plain class owned by the
 SandboxPool, which decides with the Planner and hands out to its claimers.
 """
 
@@ -21,6 +22,9 @@ from rl_daytona.planner import CreateWaves, LatencyModel, Plan, Supply
 
 if TYPE_CHECKING:
     from rl_daytona.pool import PoolConfig
+
+
+FAILING_BACKOFF_MAX = 30.0  # seconds a create waits at most while creates keep failing
 
 
 class Stock:
@@ -39,6 +43,8 @@ class Stock:
         self.deletes: set[asyncio.Task[None]] = set()
         self.closed = False
         self.fatal: BackendAuthError | None = None  # rejected credentials: no create is tried again
+        self.failing = 0  # creates in a row that failed every retry (0 once one succeeds)
+        self.last_error = ""  # the latest create failure, one line (for a claim that times out)
         self.fatal_set = asyncio.Event()
         self.orphans: dict[str, SandboxHandle] = {}  # made after close: the owner's shutdown deletes them
 
@@ -177,6 +183,9 @@ class Stock:
             self._arrived(child)
 
     async def _create_with_retries(self) -> tuple[SandboxHandle, float] | None:
+        if self.failing:  # creates keep failing (not credentials): back off before this one too,
+            # so a backend that is down is not hit at max_creating creates per retry cycle
+            await asyncio.sleep(min(FAILING_BACKOFF_MAX, self.config.retry_backoff * 2 ** min(self.failing, 16)))
         labels = {"rl-daytona-run": self.run_id, "rl-daytona-created": str(int(time.time()))}
         for attempt in range(self.config.create_retries + 1):
             started = self.now()
@@ -187,15 +196,18 @@ class Stock:
                 self.fatal = exc
                 self.fatal_set.set()
                 return None
-            except Exception:  # noqa: BLE001 - any create failure is retried, then counted
+            except Exception as exc:  # noqa: BLE001 - any create failure is retried, then counted
                 self._counts["failed"] += 1
+                self.last_error = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
                 await asyncio.sleep(self.config.retry_backoff * (2 ** attempt))
                 continue
+            self.failing = 0
             seconds = self.now() - started
             self._counts["created"] += 1
             self._log("created", handle)
             await self._learn(handle)
             return handle, seconds
+        self.failing += 1
         return None
 
     @staticmethod

@@ -100,6 +100,25 @@ def test_claim_times_out_with_a_clear_error_when_nothing_can_be_created(tmp_path
     asyncio.run(go())
 
 
+def test_creates_that_keep_failing_back_off_and_the_claim_says_why(tmp_path: Path) -> None:
+    """A backend that is down (every create fails, credentials fine) is not hammered: once
+    creates fail every retry, each new one waits first, doubling; the timed-out claim names
+    the last failure."""
+    async def go() -> int:
+        flaky = FlakyBackend(LocalBackend(tmp_path / "sb"), fail_creates=set(range(10_000)))
+        pool = _pool(tmp_path, backend=flaky, warm_size=4, retry_backoff=0.01, create_retries=0)
+        await pool.start()
+        with pytest.raises(ClaimTimeoutError, match=r"creates failed; last: SandboxError: injected create failure #\d+\)"):
+            await pool.claim(timeout=3.0)
+        await pool.shutdown()
+        return flaky.create_calls
+
+    calls = asyncio.run(go())
+    # without the back-off: 5 creates in flight, a new one as each fails, ~1,500 calls in 3 s;
+    # with it each failure doubles the wait (after the first 5: 0.32 s, then 10 s): 10 calls
+    assert 5 <= calls <= 60, calls
+
+
 def test_start_reaps_orphans_of_the_same_run(tmp_path: Path) -> None:
     async def go() -> None:
         backend = LocalBackend(tmp_path / "sb")
