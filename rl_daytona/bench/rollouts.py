@@ -14,10 +14,12 @@ Figures, precisely:
   to the policy, Ray worker threads) and the policy server are reported beside it, not in it.
   Much of that gross figure is not per rollout at all: Ray's processes and every idle actor
   burn CPU by the second (polling, heartbeats, metrics), so a longer run charges more of it to
-  each rollout. Those same processes are therefore first watched for `idle_seconds` with
-  nothing dispatched (every actor up, the pool's warm queue full), and the marginal figure
-  (`orchestration_marginal_cpu_ms_per_rollout`) is the gross CPU minus that idle rate x the
-  run's wall time, per rollout: what dispatching, claiming, releasing and handing off cost;
+  each rollout. Those same processes are therefore watched for `idle_seconds` once the run is
+  over (every sandbox deleted, nothing dispatched: the steady background; right after actor
+  start-up Ray is still busy settling in, a window there once read more than the whole run),
+  and the marginal figure (`orchestration_marginal_cpu_ms_per_rollout`) is the gross CPU minus
+  that idle rate x the run's wall time, per rollout: what dispatching, claiming, releasing and
+  handing off cost;
   latency: each a mean over the rollouts (p50 and p95 too): Ray = the fleet's round trip minus
   the rollout's own time inside its actor (dispatch, queueing in a busy actor, result through
   the object store); pool = the rollout's claim phase (a call to the pool actor and, when none
@@ -56,7 +58,7 @@ class RolloutBench:
     max_concurrent: int = 64
     rollout_actors: int = 2
     out: Path = Path("runs/bench-rollouts")
-    idle_seconds: float = 20.0  # the idle baseline window (0: none, marginal figure not reported)
+    idle_seconds: float = 30.0  # the idle baseline window (0: none, marginal figure not reported)
 
 
 def bench_requests(n: int) -> list[RolloutRequest]:
@@ -98,9 +100,7 @@ async def _run(cfg: RolloutBench, policy_url: str) -> dict[str, Any]:
         fleet = runtime.start_fleet(pool, spec, "calc", Settings(policy_url=policy_url), plan)
         await fleet.start()
         await fleet.stats()  # every actor is up before the clock starts (actor start-up is not overhead)
-        await pool.drain.remote()  # the warm queue is full: the idle window sees no creates
         actors = {"pool": [pool], "learner": [learner], "rollout_actors": [m.actor for m in fleet._members]}
-        idle = await _idle_rate(actors, cfg.idle_seconds)
         await pool.set_demand.remote(len(requests))
         await learner.begin_step.remote(0, _group_sizes(requests))
         cpu_before = await _cpu(actors)
@@ -111,6 +111,9 @@ async def _run(cfg: RolloutBench, policy_url: str) -> dict[str, Any]:
         wall = time.monotonic() - started
         sampler.cancel()
         cpu_after = await _cpu(actors)
+        await pool.set_demand.remote(0)
+        await pool.drain.remote()  # every release deleted: the idle window sees no pool work
+        idle = await _idle_rate(actors, cfg.idle_seconds)
         actor_stats = await fleet.stats()
         await fleet.close()
     finally:
