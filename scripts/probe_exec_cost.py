@@ -1,7 +1,10 @@
 """What one local sandbox costs: create, one command (`echo usable`), delete, in CPU and wall.
 
     python scripts/probe_exec_cost.py [--n 200] [--concurrency 4] [--ballast-mb 0]
-        [--launcher prlimit|preexec] [--command 'echo usable']
+        [--launcher prlimit|preexec] [--command 'echo usable'] [--calc]
+
+`--calc` seeds each sandbox with calc's (unbroken) files first, e.g. to time
+`--command 'python -m pytest -q --tb=no'`, the command a calc attempt runs most.
 
 CPU is split into this process (`parent`: the backend's own Python, asyncio's subprocess
 machinery, the disk-quota watch) and its reaped children (`children`: prlimit, bwrap, setpriv
@@ -22,6 +25,11 @@ from pathlib import Path
 
 from rl_daytona.backends import bwrap as bw
 from rl_daytona.backends.local import LocalBackend
+from rl_daytona.tasks.calc import bugs as calc_bugs
+
+
+CALC_FILES = {path.name: path.read_bytes() for path in (Path(calc_bugs.__file__).parent / "files").iterdir()
+              if path.is_file()}
 
 
 def _cpu() -> tuple[float, float]:
@@ -29,14 +37,17 @@ def _cpu() -> tuple[float, float]:
     return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
 
 
-async def _measure(n: int, concurrency: int, command: str) -> None:
+async def _measure(n: int, concurrency: int, command: str, calc: bool) -> None:
     backend = LocalBackend(Path(tempfile.mkdtemp(prefix="exec-cost-")))
     slots = asyncio.Semaphore(concurrency)
     handles: list = []
 
     async def create() -> None:
         async with slots:
-            handles.append(await backend.create("probe"))
+            handle = await backend.create("probe")
+            if calc:
+                await backend.write_files(handle, CALC_FILES)
+            handles.append(handle)
 
     async def run(handle: object) -> None:
         async with slots:
@@ -67,6 +78,7 @@ def main() -> None:
     parser.add_argument("--ballast-mb", type=int, default=0, help="grow this process first (MB, touched)")
     parser.add_argument("--launcher", choices=("prlimit", "preexec"), default="prlimit")
     parser.add_argument("--command", default="echo usable")
+    parser.add_argument("--calc", action="store_true", help="seed calc's files into each sandbox first")
     args = parser.parse_args()
     if args.launcher == "preexec":
         bw._PRLIMIT = None
@@ -76,7 +88,7 @@ def main() -> None:
     for i in range(0, len(ballast), 4096):
         ballast[i] = 1
     print(f"launcher {args.launcher}, this process grown by {args.ballast_mb} MB")
-    asyncio.run(_measure(args.n, args.concurrency, args.command))
+    asyncio.run(_measure(args.n, args.concurrency, args.command, args.calc))
 
 
 if __name__ == "__main__":
