@@ -101,19 +101,6 @@ class TrainConfig:
 LEARNER_ADD_TIMEOUT = 600.0  # seconds the Learner may take to accept one rollout (it may be mid-train_step)
 
 
-class LearnerUnresponsive(TrainingCallError):
-    """The Learner stopped accepting rollouts (wedged, or its node is gone without Ray noticing)."""
-
-    def __init__(self, message: str, retryable: bool = False) -> None:
-        super().__init__(message, retryable)
-
-
-def _awaitable(ref: Any) -> Any:
-    """An asyncio awaitable for a Ray ObjectRef (or anything already awaitable)."""
-    future = getattr(ref, "future", None)
-    return asyncio.wrap_future(future()) if callable(future) else ref
-
-
 async def _collect(fleet: Fleet, learner: Any, requests: list[RolloutRequest], sink: RolloutSink,
                    on_done: Callable[[Rollout], None]) -> float:
     """Dispatch a step's attempts (and any retries the Learner asks for); returns seconds."""
@@ -124,11 +111,11 @@ async def _collect(fleet: Fleet, learner: Any, requests: list[RolloutRequest], s
         sink.add(rollout)
         on_done(rollout)
         try:  # the rollout itself travels by Ray's object store
-            retries = await asyncio.wait_for(_awaitable(learner.add.remote(ref)), LEARNER_ADD_TIMEOUT)
-        except TimeoutError:
-            raise LearnerUnresponsive(
+            retries = await asyncio.wait_for(learner.add.remote(ref), LEARNER_ADD_TIMEOUT)
+        except TimeoutError:  # wedged, or its node gone without Ray noticing
+            raise TrainingCallError(
                 f"the Learner took no rollout for {LEARNER_ADD_TIMEOUT:g} s ({request.rollout_id} is in "
-                "rollouts.jsonl); the run stops here: continue it with --resume") from None
+                "rollouts.jsonl); the run stops here: continue it with --resume", retryable=False) from None
         await asyncio.gather(*(one(r) for r in retries))
 
     await asyncio.gather(*(one(r) for r in requests))
