@@ -70,7 +70,7 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
                    help="rollouts in flight per RolloutActor (default: --max-concurrent / --rollout-actors)")
     p.add_argument("--max-turns", type=_positive_int, default=Settings().max_turns, help="agent turns per attempt")
     p.add_argument("--temperature", type=_temperature, default=1.0, help="sampling temperature")
-    p.add_argument("--deadline", type=_positive_float, default=300.0, help="wall-clock seconds per rollout")
+    p.add_argument("--deadline", type=_positive_float, default=Settings().rollout_deadline, help="wall-clock seconds per rollout")
     p.add_argument("--exec-timeout", type=_positive_float, default=30.0, help="seconds per shell command")
     p.add_argument("--warm-size", type=int, default=16, help="sandboxes the pool keeps ready ahead of demand")
     p.add_argument("--cpu-seconds", type=_positive_int, default=30, help="CPU seconds per sandbox command")

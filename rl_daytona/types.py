@@ -123,10 +123,10 @@ class Settings:
 
     policy_url: str = ""
     model: str = "builtin"
-    max_turns: int = 12
+    max_turns: int = 32
     max_tokens: int = 256
     temperature: float = 1.0
     output_limit: int = 4000
     exec_timeout: float = 30.0
-    rollout_deadline: float = 300.0
+    rollout_deadline: float = 600.0
     extra: dict[str, Any] = field(default_factory=dict)

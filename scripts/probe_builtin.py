@@ -134,7 +134,7 @@ def local_policy(model: PolicyModel, memo: CompletionMemo, seed: int, record: li
     return complete
 
 
-def episode(complete, variant: int, max_turns: int) -> tuple[bool, list[dict[str, Any]]]:
+def episode(complete, variant: int, max_turns: int) -> tuple[bool, list[dict[str, Any]], str]:
     workdir = seed_workspace(variant)
     try:
         messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT},
@@ -147,7 +147,7 @@ def episode(complete, variant: int, max_turns: int) -> tuple[bool, list[dict[str
             call = message["tool_calls"][0]
             command = json.loads(call["function"]["arguments"])["command"]
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": run_command(workdir, command)})
-        return grade(workdir), messages
+        return grade(workdir), messages, (workdir / "calc.py").read_text(errors="replace")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -205,12 +205,11 @@ async def probe(args: argparse.Namespace, variants: tuple[int, ...]) -> None:
     memo = CompletionMemo()
     started = time.time()
 
-    def run(job: tuple[int, int]) -> tuple[int, bool, list[dict[str, Any]]]:
+    def run(job: tuple[int, int]) -> tuple[int, bool, list[dict[str, Any]], str]:
         variant, attempt = job
         seed = args.seed * 1_000_003 + variant * 1009 + attempt
         complete = server_policy(server.url, seed) if server else local_policy(model, memo, seed)
-        ok, messages = episode(complete, variant, args.max_turns)
-        return variant, ok, messages
+        return variant, *episode(complete, variant, args.max_turns)
 
     try:
         with ThreadPoolExecutor(args.workers) as pool:
@@ -222,7 +221,7 @@ async def probe(args: argparse.Namespace, variants: tuple[int, ...]) -> None:
 
 
 def report(results, variants, args, seconds: float) -> None:
-    for _, ok, messages in results[: args.show]:
+    for _, ok, messages, _ in results[: args.show]:
         print(f"--- transcript (passed={ok})")
         for m in messages[2:]:
             if m.get("tool_calls"):
@@ -235,12 +234,46 @@ def report(results, variants, args, seconds: float) -> None:
                 print(m.get("content"))
     total = 0
     for v in variants:
-        passed = [ok for var, ok, _ in results if var == v]
+        passed = [ok for var, ok, _, _ in results if var == v]
         total += sum(passed)
         print(f"variant {v:2d} {','.join(bugs.variant_bugs(v)):75s} {sum(passed)}/{len(passed)}")
-    groups_mixed = sum(0 < sum(ok for var, ok, _ in results if var == v) < args.group for v in variants)
+    groups_mixed = sum(0 < sum(ok for var, ok, _, _ in results if var == v) < args.group for v in variants)
+    report_bugs(results)
     print(f"split={args.split} group={args.group} pass_rate={total / len(results):.3f} "
           f"({total}/{len(results)}) mixed_groups={groups_mixed}/{len(variants)} in {seconds:.1f}s")
+
+
+_TEST_RESULTS: dict[str, dict[str, bool]] = {}
+
+
+def test_results(source: str) -> dict[str, bool]:
+    """Each pristine test's outcome (name -> passed) on `source`, memoised on the source."""
+    if source not in _TEST_RESULTS:
+        with tempfile.TemporaryDirectory(prefix="probe-tests-") as tmp:
+            (Path(tmp) / "calc.py").write_text(source)
+            shutil.copy(FILES / "test_calc.py", Path(tmp) / "test_calc.py")
+            try:
+                out = subprocess.run([sys.executable, "-m", "pytest", "-q", "--tb=no", "-rA", "-p", "no:cacheprovider"],
+                                     cwd=tmp, env=ENV, capture_output=True, text=True, timeout=60).stdout
+            except subprocess.TimeoutExpired:
+                out = ""
+        _TEST_RESULTS[source] = {line.split("::")[1].split()[0]: line.startswith("PASSED")
+                                 for line in out.splitlines() if line.startswith(("PASSED", "FAILED", "ERROR")) and "::" in line}
+    return _TEST_RESULTS[source]
+
+
+def report_bugs(results) -> None:
+    """Per bug: how often, at the end of an episode, every test of its function passed
+    (fixed, by any edit), whatever became of the variant's other bugs."""
+    fixed: dict[str, list[bool]] = {}
+    for variant, _, _, source in results:
+        outcome = test_results(source)
+        for bug_id in bugs.variant_bugs(variant):
+            fn = bug_id.split(".")[0]
+            mine = [ok for name, ok in outcome.items() if name.startswith(f"test_{fn}_")]
+            fixed.setdefault(bug_id, []).append(bool(mine) and all(mine))
+    for bug_id, hits in sorted(fixed.items(), key=lambda kv: sum(kv[1]) / len(kv[1])):
+        print(f"bug {bug_id:32s} fixed {sum(hits):3d}/{len(hits):3d} ({sum(hits) / len(hits):.0%})")
 
 
 if __name__ == "__main__":
