@@ -1,6 +1,7 @@
-"""Probe the untrained built-in policy on calc variants: pass rate per variant and overall.
+"""Probe the untrained built-in policy on calc variants: pass rate per variant and overall, and
+per bug how often its function's tests pass at the end of an episode.
 
-    python scripts/probe_builtin.py --split heldout --group 8 [--max-turns 8] [--seed 0]
+    python scripts/probe_builtin.py --split heldout --group 8 [--max-turns N (default: the agent's)] [--seed 0]
         [--scale 1.0] [--server] [--show 1]
 
 Each episode copies the buggy workspace into a temp dir, runs the same chat loop as
@@ -33,6 +34,7 @@ from rl_daytona.policy import grammar as G
 from rl_daytona.policy.chat import SUBMIT_TEXT, CompletionMemo, encode_prompt
 from rl_daytona.policy.model import PolicyModel
 from rl_daytona.tasks.calc import bugs
+from rl_daytona.types import Settings
 
 FILES = Path(bugs.__file__).parent / "files"
 PROMPT = ("The tests in test_calc.py fail. Fix the bugs in calc.py so every test passes. "
@@ -177,7 +179,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--split", default="heldout", choices=["train", "heldout", "all"])
     parser.add_argument("--group", type=int, default=8, help="attempts per variant")
-    parser.add_argument("--max-turns", type=int, default=8)
+    parser.add_argument("--max-turns", type=int, default=Settings().max_turns)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--scale", type=float, default=None, help="override prior.PRIOR_SCALE")
     parser.add_argument("--workers", type=int, default=4)
@@ -246,7 +248,7 @@ def report(results, variants, args, seconds: float) -> None:
 _TEST_RESULTS: dict[str, dict[str, bool]] = {}
 
 
-def test_results(source: str) -> dict[str, bool]:
+def outcomes_of(source: str) -> dict[str, bool]:
     """Each pristine test's outcome (name -> passed) on `source`, memoised on the source."""
     if source not in _TEST_RESULTS:
         with tempfile.TemporaryDirectory(prefix="probe-tests-") as tmp:
@@ -267,7 +269,7 @@ def report_bugs(results) -> None:
     (fixed, by any edit), whatever became of the variant's other bugs."""
     fixed: dict[str, list[bool]] = {}
     for variant, _, _, source in results:
-        outcome = test_results(source)
+        outcome = outcomes_of(source)
         for bug_id in bugs.variant_bugs(variant):
             fn = bug_id.split(".")[0]
             mine = [ok for name, ok in outcome.items() if name.startswith(f"test_{fn}_")]
