@@ -93,26 +93,29 @@ def seed_workspace(variant: int) -> Path:
     return workdir
 
 
-_GRADES: dict[str, bool] = {}
+_TEST_RESULTS: dict[str, dict[str, bool]] = {}
 
 
-def grade(workdir: Path) -> bool:
-    source = (workdir / "calc.py").read_text(errors="replace")
-    if source not in _GRADES:
-        _GRADES[source] = _grade(workdir)
-    return _GRADES[source]
+def outcomes_of(source: str) -> dict[str, bool]:
+    """Each pristine test's outcome (name -> passed) on `source`, memoised on the source."""
+    if source not in _TEST_RESULTS:
+        with tempfile.TemporaryDirectory(prefix="probe-tests-") as tmp:
+            (Path(tmp) / "calc.py").write_text(source)
+            shutil.copy(FILES / "test_calc.py", Path(tmp) / "test_calc.py")
+            try:
+                out = subprocess.run([sys.executable, "-m", "pytest", "-q", "--tb=no", "-rA", "-p", "no:cacheprovider"],
+                                     cwd=tmp, env=ENV, capture_output=True, text=True, timeout=60).stdout
+            except subprocess.TimeoutExpired:
+                out = ""
+        _TEST_RESULTS[source] = {line.split("::")[1].split()[0]: line.startswith("PASSED")
+                                 for line in out.splitlines() if line.startswith(("PASSED", "FAILED", "ERROR")) and "::" in line}
+    return _TEST_RESULTS[source]
 
 
-def _grade(workdir: Path) -> bool:
-    with tempfile.TemporaryDirectory(prefix="probe-grade-") as tmp:
-        shutil.copy(workdir / "calc.py", Path(tmp) / "calc.py")
-        shutil.copy(FILES / "test_calc.py", Path(tmp) / "test_calc.py")
-        try:
-            proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "--tb=no", "-p", "no:cacheprovider"],
-                                  cwd=tmp, env=ENV, capture_output=True, text=True, timeout=60)
-        except subprocess.TimeoutExpired:  # a timeout pays 0, as in the grader
-            return False
-        return proc.returncode == 0
+def grade(source: str) -> bool:
+    """The grader's verdict on `source`: every pristine test passes (a timeout pays 0)."""
+    outcomes = outcomes_of(source)
+    return bool(outcomes) and all(outcomes.values())
 
 
 def local_policy(model: PolicyModel, memo: CompletionMemo, seed: int, record: list | None = None):
@@ -149,7 +152,8 @@ def episode(complete, variant: int, max_turns: int) -> tuple[bool, list[dict[str
             call = message["tool_calls"][0]
             command = json.loads(call["function"]["arguments"])["command"]
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": run_command(workdir, command)})
-        return grade(workdir), messages, (workdir / "calc.py").read_text(errors="replace")
+        source = (workdir / "calc.py").read_text(errors="replace")
+        return grade(source), messages, source
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -243,25 +247,6 @@ def report(results, variants, args, seconds: float) -> None:
     report_bugs(results)
     print(f"split={args.split} group={args.group} pass_rate={total / len(results):.3f} "
           f"({total}/{len(results)}) mixed_groups={groups_mixed}/{len(variants)} in {seconds:.1f}s")
-
-
-_TEST_RESULTS: dict[str, dict[str, bool]] = {}
-
-
-def outcomes_of(source: str) -> dict[str, bool]:
-    """Each pristine test's outcome (name -> passed) on `source`, memoised on the source."""
-    if source not in _TEST_RESULTS:
-        with tempfile.TemporaryDirectory(prefix="probe-tests-") as tmp:
-            (Path(tmp) / "calc.py").write_text(source)
-            shutil.copy(FILES / "test_calc.py", Path(tmp) / "test_calc.py")
-            try:
-                out = subprocess.run([sys.executable, "-m", "pytest", "-q", "--tb=no", "-rA", "-p", "no:cacheprovider"],
-                                     cwd=tmp, env=ENV, capture_output=True, text=True, timeout=60).stdout
-            except subprocess.TimeoutExpired:
-                out = ""
-        _TEST_RESULTS[source] = {line.split("::")[1].split()[0]: line.startswith("PASSED")
-                                 for line in out.splitlines() if line.startswith(("PASSED", "FAILED", "ERROR")) and "::" in line}
-    return _TEST_RESULTS[source]
 
 
 def report_bugs(results) -> None:
