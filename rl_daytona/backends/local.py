@@ -120,14 +120,14 @@ class LocalBackend:
 
     def __init__(self, root: Path, *, isolation: str = "bwrap",
                  limits: SandboxLimits = SandboxLimits(), python: str = sys.executable,
-                 bwrap: str | None = None) -> None:
+                 bwrap: str | None = None, pid1_helper: bool = True) -> None:
         if isolation not in ("bwrap", "none"):
             raise ValueError(f"unknown isolation {isolation!r} (choose from: bwrap, none)")
         self.root, self.isolation, self.limits = Path(root), isolation, limits
         self._python = bw.PythonLayout.probe(python)
         self._bwrap = bwrap or _default_bwrap()
-        if isolation == "bwrap":
-            bw.check_bwrap(self._bwrap, self._python)
+        self._support = bw.check_bwrap(self._bwrap, self._python, helper=pid1_helper) \
+            if isolation == "bwrap" else None
         (self.root / LAYERS).mkdir(parents=True, exist_ok=True)
         self._owner = bw.sandbox_host_id() if isolation == "bwrap" else None
         self._running: dict[str, set[int]] = {}
@@ -209,13 +209,15 @@ class LocalBackend:
                 return await self._run_unisolated(meta, command, timeout, cwd, stdin, env, cap,
                                                   running, watch)
             path = f"{self._python.bin_dir}:/usr/local/bin:/usr/bin:/bin"
+            assert self._support is not None
             with bw.Launch() as launch:
                 argv = bw.bwrap_argv(self._bwrap, view or self._view(meta), self._python,
                                      self.limits, env=bw.clean_env(path, WORKSPACE, env),
-                                     cwd=cwd, launch=launch, command=command)
+                                     cwd=cwd, launch=launch, command=command, support=self._support)
                 return await bw.run_limited(argv, limits=self.limits, timeout=timeout,
                                             stdin=stdin, output_cap=cap, env={},
-                                            running=running, launch=launch, watch=watch)
+                                            running=running, launch=launch, watch=watch,
+                                            limits_inside=self._support.init is not None)
         except OSError as exc:
             raise SandboxError(f"cannot start a command in {meta.sandbox_id}: {exc}") from exc
         finally:

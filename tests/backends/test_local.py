@@ -26,9 +26,13 @@ def run(coro: Awaitable[T]) -> T:
     return asyncio.run(coro)  # type: ignore[arg-type]
 
 
-@pytest.fixture
-def backend(tmp_path: Path) -> LocalBackend:
-    return LocalBackend(tmp_path / "sandboxes", limits=LIMITS)
+@pytest.fixture(params=[True, False], ids=["helper", "fallback"])
+def backend(tmp_path: Path, request: pytest.FixtureRequest) -> LocalBackend:
+    """Every test runs with the compiled pid-1 helper and with the prlimit/setpriv/sh chain
+    that machines without a C compiler get."""
+    made = LocalBackend(tmp_path / "sandboxes", limits=LIMITS, pid1_helper=request.param)
+    assert (made._support is not None and made._support.init is not None) == request.param, made._support
+    return made
 
 
 async def _sandbox(backend: LocalBackend, files: dict[str, str] | None = None) -> SandboxHandle:
@@ -104,8 +108,13 @@ def test_runs_as_unprivileged_user_in_own_namespaces(backend: LocalBackend) -> N
         uid, gid, host, pid, nprocs = out.split()
         assert (uid, gid, host) == ("1000", "1000", "sandbox")
         assert int(pid) < 10 and int(nprocs) < 10
-        caps = await _out(backend, box, "grep CapEff /proc/self/status")
-        assert caps.split()[1] == "0000000000000000"
+        caps = await _out(backend, box, "grep -E '^(Cap|NoNewPrivs)' /proc/self/status")
+        fields = dict(line.split(":\t") for line in caps.splitlines())
+        assert {k: v for k, v in fields.items() if k.startswith("Cap")} == dict.fromkeys(
+            ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"], "0000000000000000"), fields
+        assert fields["NoNewPrivs"] == "1"
+        groups = await _out(backend, box, "id -G")
+        assert groups.split() == ["1000"]
     run(go())
 
 
@@ -194,8 +203,9 @@ def test_process_limit_is_per_command(backend: LocalBackend) -> None:
     run(go())
 
 
-def test_cpu_limit_kills_busy_loop(tmp_path: Path) -> None:
-    backend = LocalBackend(tmp_path / "sb", limits=SandboxLimits(cpu_seconds=2))
+@pytest.mark.parametrize("helper", [True, False], ids=["helper", "fallback"])
+def test_cpu_limit_kills_busy_loop(tmp_path: Path, helper: bool) -> None:
+    backend = LocalBackend(tmp_path / "sb", limits=SandboxLimits(cpu_seconds=2), pid1_helper=helper)
 
     async def go() -> None:
         box = await backend.create("run-1")
@@ -211,8 +221,9 @@ def test_cpu_limit_kills_busy_loop(tmp_path: Path) -> None:
     run(go())
 
 
-def test_memory_limit(tmp_path: Path) -> None:
-    backend = LocalBackend(tmp_path / "sb", limits=SandboxLimits(memory_mb=256))
+@pytest.mark.parametrize("helper", [True, False], ids=["helper", "fallback"])
+def test_memory_limit(tmp_path: Path, helper: bool) -> None:
+    backend = LocalBackend(tmp_path / "sb", limits=SandboxLimits(memory_mb=256), pid1_helper=helper)
 
     async def go() -> None:
         box = await backend.create("run-1")
