@@ -11,6 +11,7 @@ Layout and the fork scheme (layered copy-on-write, like container images):
     root/<id>/upper/      the writable top layer; with no layers it is bind-mounted as-is
     root/<id>/work/       overlayfs work dir (only once the sandbox has layers)
     root/_layers/<lid>/   frozen, read-only layers shared by any number of sandboxes
+    root/_spare/<x>/      a deleted sandbox's emptied folder (empty upper, empty meta.json)
 
 `fork(parent)` freezes the parent's upper: it is renamed to `_layers/<lid>` and appended to
 the parent's layers; the parent gets a fresh empty upper and the child gets the same layers
@@ -20,7 +21,8 @@ times adds no depth. The overlay mount string is limited to a page, so when the 
 would grow too long `fork` first flattens the parent into one new layer (`cp -a` inside it).
 Fork an idle sandbox: a command (or write) still running in the parent while it is forked may
 land in the layer being frozen, or be dropped by a flatten. `delete` renames the sandbox into `root/_trash-*`, moves layers no meta
-names any more next to it (under a flock on root), then removes it off the event loop.
+names any more into it (under a flock on root), then, off the event loop, empties it and keeps
+it in `root/_spare/` for the next `create` (see `_recycle`), or removes it.
 
 Host-side file access: without layers `write_files`/`read_file` work on the upper directly,
 resolving each component with O_NOFOLLOW (symlinks are followed by hand and may not leave the
@@ -76,6 +78,8 @@ from rl_daytona.types import SandboxLimits
 __all__ = ["LocalBackend", "IsolationUnavailableError"]
 
 LAYERS = "_layers"
+SPARES = "_spare"  # emptied folders of deleted sandboxes, reused by `create`
+_MAX_SPARES = 1024
 _OVERLAY_OPTION_BUDGET = 3000  # bytes of the lowerdir=... mount string (kernel page: 4096)
 _MAX_LAYERS = 64
 _READ_CAP = 1 << 30
@@ -129,6 +133,8 @@ class LocalBackend:
         self._support = bw.check_bwrap(self._bwrap, self._python, helper=pid1_helper) \
             if isolation == "bwrap" else None
         (self.root / LAYERS).mkdir(parents=True, exist_ok=True)
+        (self.root / SPARES).mkdir(exist_ok=True)
+        self._spares: list[str] = []  # spare names last listed (other processes take some too)
         self._owner = bw.sandbox_host_id() if isolation == "bwrap" else None
         self._running: dict[str, set[int]] = {}
         self._cpu_start = _children_cpu()
@@ -141,9 +147,10 @@ class LocalBackend:
         meta = self._load(parent.sandbox_id)
         child = _Meta(_new_id(), meta.run_id, dict(meta.labels), meta.sandbox_id)
         if self.isolation == "none":
+            made = self._new_sandbox(child)
             await asyncio.to_thread(shutil.copytree, self._upper(meta.sandbox_id),
-                                    self._upper(child.sandbox_id), symlinks=True)
-            return self._new_sandbox(child).handle()
+                                    self._upper(child.sandbox_id), symlinks=True, dirs_exist_ok=True)
+            return made.handle()
         if self._too_deep(len(meta.layers) + 1):
             await self._flatten(meta)
         with self._locked():
@@ -156,12 +163,11 @@ class LocalBackend:
         trash = self.root / f"_trash-{uuid.uuid4().hex}"
         with self._locked():
             try:
+                os.rename(self._dir(sandbox.sandbox_id), trash)
+            except FileNotFoundError:  # already deleted
                 trash.mkdir()
-                os.rename(self._dir(sandbox.sandbox_id), trash / "sandbox")
-            except FileNotFoundError:
-                pass  # already deleted
             self._collect_layers(trash)
-        await asyncio.to_thread(_rmtree, trash)
+        await asyncio.to_thread(self._recycle, trash)
 
     async def is_alive(self, sandbox: SandboxHandle) -> bool:
         base = self._dir(sandbox.sandbox_id)
@@ -304,12 +310,62 @@ class LocalBackend:
         os.replace(tmp, target)
 
     def _new_sandbox(self, meta: _Meta) -> _Meta:
+        """Its folder, its empty upper layer and its meta.json: a spare's when there is one (see
+        `_recycle`), else new ones. meta.json is written in place: a reader that meets it empty
+        or half-written takes it for half-created, as it does a folder without one."""
+        base = self._dir(meta.sandbox_id)
         try:
-            self._mkdir_owned(self._upper(meta.sandbox_id), parents=True)
-            self._save(meta)
+            if not self._take_spare(base):
+                os.mkdir(base)
+                self._mkdir_owned(base / "upper")
+            with open(base / "meta.json", "w", encoding="utf-8") as out:
+                out.write(meta.to_json())
         except OSError as exc:
             raise SandboxError(f"cannot create sandbox under {self.root}: {exc}") from exc
         return meta
+
+    def _take_spare(self, base: Path) -> bool:
+        """Rename a spare to `base` (another process may take one first: try the next)."""
+        listed = False
+        while True:
+            if not self._spares:
+                if listed:
+                    return False
+                self._spares, listed = os.listdir(self.root / SPARES), True
+                continue
+            try:
+                os.rename(self.root / SPARES / self._spares.pop(), base)
+                return True
+            except FileNotFoundError:
+                continue
+
+    def _recycle(self, trash: Path) -> None:
+        """Empty a deleted sandbox's folder and keep it as a spare: `create` reuses its folder,
+        upper and meta.json, where allocating new inodes is most of a create on a filesystem
+        churned by thousands of sandboxes (ext4 skips recently freed inodes). Whatever the
+        sandbox changed on its upper (contents, mode, extended attributes) is undone; a folder
+        that is not a plain skeleton, or one more than `_MAX_SPARES`, is removed instead."""
+        upper, meta = trash / "upper", trash / "meta.json"
+        try:
+            plain = (upper.is_dir() and not upper.is_symlink() and meta.is_file()
+                     and not meta.is_symlink())
+            for entry in os.scandir(trash):
+                if entry.name not in ("upper", "meta.json"):
+                    _remove(Path(entry.path))
+            if plain and len(os.listdir(self.root / SPARES)) < _MAX_SPARES:
+                for entry in os.scandir(upper):
+                    _remove(Path(entry.path))
+                for name in os.listxattr(upper, follow_symlinks=False):
+                    os.removexattr(upper, name, follow_symlinks=False)
+                os.chmod(upper, 0o755)
+                if self._owner is not None:
+                    os.chown(upper, self._owner, self._owner)
+                os.truncate(meta, 0)
+                os.rename(trash, self.root / SPARES / uuid.uuid4().hex)
+                return
+        except OSError:
+            pass  # not recyclable after all: removed below
+        _rmtree(trash)
 
     def _all_metas(self) -> list[_Meta]:
         metas = []
@@ -521,6 +577,13 @@ def _read_host(root: Path, parts: tuple[str, ...]) -> bytes:
         if not stat.S_ISREG(mode):
             raise ValueError(f"{'/'.join(parts)!r} is not a regular file")
         return handle.read()
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        _rmtree(path)
+    else:
+        path.unlink()
 
 
 def _rmtree(path: Path) -> None:

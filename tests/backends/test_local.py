@@ -344,8 +344,48 @@ def test_delete_leaves_nothing_behind(backend: LocalBackend) -> None:
             await backend.exec(parent, "true")
         assert not await backend.is_alive(parent)
     run(go())
-    assert os.listdir(backend.root) == ["_layers"]
+    assert sorted(os.listdir(backend.root)) == ["_layers", "_spare"]
     assert os.listdir(backend.root / "_layers") == []
+    for spare in (backend.root / "_spare").iterdir():  # emptied folders kept for the next create
+        assert sorted(os.listdir(spare)) == ["meta.json", "upper"]
+        assert os.listdir(spare / "upper") == [] and (spare / "meta.json").stat().st_size == 0
+
+
+def test_a_recycled_folder_holds_nothing_of_its_last_sandbox(backend: LocalBackend) -> None:
+    async def go() -> None:
+        old = await _sandbox(backend, {"secret.txt": "from the last rollout"})
+        done = await backend.exec(old, "mkdir -p deep/er && echo x > deep/er/f && chmod 000 deep "
+                                       "&& ln -s /etc/passwd link && chmod 700 /workspace")
+        assert done.exit_code == 0, done.stderr
+        os.setxattr(backend._upper(old.sandbox_id), "user.mark", b"1")  # (no setfattr in the sandbox)
+        used = os.stat(backend._upper(old.sandbox_id)).st_ino
+        await backend.delete(old)
+        new = await backend.create("run-2", {"k": "v"})
+        assert os.stat(backend._upper(new.sandbox_id)).st_ino == used, "the spare was reused"
+        listing = await backend.exec(new, "ls -A /workspace; stat -c %a /workspace; id -u")
+        assert listing.stdout.split() == ["755", "1000"], listing
+        assert os.listxattr(backend._upper(new.sandbox_id)) == []
+        assert [(h.sandbox_id, h.run_id, h.labels) for h in await backend.list_sandboxes()] == \
+            [(new.sandbox_id, "run-2", {"k": "v"})], "no sandbox of the old one's is listed"
+        await backend.write_files(new, {"mine.txt": "new"})
+        assert await _out(backend, new, "ls") == "mine.txt\n"
+    run(go())
+
+
+def test_spares_are_capped(backend: LocalBackend, monkeypatch: pytest.MonkeyPatch) -> None:
+    import rl_daytona.backends.local as local
+
+    monkeypatch.setattr(local, "_MAX_SPARES", 2)
+
+    async def go() -> None:
+        boxes = [await _sandbox(backend, {"f": "x"}) for _ in range(5)]
+        for box in boxes:
+            await backend.delete(box)
+        assert len(os.listdir(backend.root / "_spare")) == 2
+        again = [await backend.create("run-1") for _ in range(3)]  # two spares, one new folder
+        assert os.listdir(backend.root / "_spare") == []
+        assert {h.sandbox_id for h in await backend.list_sandboxes()} == {h.sandbox_id for h in again}
+    run(go())
 
 
 def test_list_sandboxes_from_a_fresh_backend(backend: LocalBackend) -> None:
