@@ -47,6 +47,7 @@ take back the other's new files.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import shutil
 import stat
@@ -108,6 +109,20 @@ def walk(root: Path) -> Iterator[tuple[str, Entry]]:
     """(path relative to root, Entry) for everything under root; vanished entries skipped."""
     for path, st, deep in _entries(root):
         yield path, charge_of(st, deep)
+
+
+INLINE_ENTRIES = 256  # a walk this short runs on the event loop (a thread hop costs more)
+
+
+async def listed(root: Path) -> dict[str, Entry]:
+    """`dict(walk(root))`, the first INLINE_ENTRIES entries on the event loop and the rest, if
+    any, in a thread: a small workspace (most of them) costs no hand-off to a worker thread
+    and back, which under a burst of commands made the loop wait for the GIL."""
+    entries = walk(root)
+    found = dict(itertools.islice(entries, INLINE_ENTRIES))
+    if len(found) == INLINE_ENTRIES:
+        found.update(await asyncio.to_thread(dict, entries))
+    return found
 
 
 def usage(root: Path, stop_above: int | None = None) -> int:
@@ -270,8 +285,9 @@ class QuotaWatch:
     _scanned: float = 0.0  # monotonic time the last scan ended
     _free: int = 0  # the host filesystem's free bytes when the last scan began
 
-    def start(self) -> None:
-        self.baseline = dict(walk(self.upper))
+    def start(self, listing: dict[str, Entry] | None = None) -> None:
+        """Take the layer's baseline (`listing`: a walk already made, see `listed`)."""
+        self.baseline = dict(walk(self.upper)) if listing is None else listing
         self.start_charge = sum(e.charge for e in self.baseline.values())
         self.allowance = max(self.quota, self.start_charge)
 
@@ -306,9 +322,13 @@ class QuotaWatch:
             return False
         return since_scan >= POLL_MAX or dropped >= max(headroom // 2, TRIGGER_FLOOR)
 
-    def settle(self) -> QuotaReport | None:
+    def within(self, listing: dict[str, Entry]) -> bool:
+        """Whether a walk made after the command shows nothing to take back."""
+        return not self.tripped and sum(e.charge for e in listing.values()) <= self.allowance
+
+    def settle(self, listing: dict[str, Entry] | None = None) -> QuotaReport | None:
         """Take back growth past the allowance (the command's processes must be dead)."""
-        now = dict(walk(self.upper))
+        now = dict(walk(self.upper)) if listing is None else listing
         total = sum(e.charge for e in now.values())
         if total <= self.allowance and not self.tripped:
             return None

@@ -189,8 +189,9 @@ class LocalBackend:
                    cwd: str = WORKSPACE, stdin: bytes | None = None,
                    env: Mapping[str, str] | None = None) -> ExecResult:
         meta = self._load(sandbox.sandbox_id)
-        quota = dq.QuotaWatch(self._upper(meta.sandbox_id), self.limits.workspace_mb * _MB)
-        await asyncio.to_thread(quota.start)
+        upper = self._upper(meta.sandbox_id)
+        quota = dq.QuotaWatch(upper, self.limits.workspace_mb * _MB)
+        quota.start(await dq.listed(upper))
         try:
             out = await self._run(meta, ["sh", "-c", command], timeout=timeout, cwd=cwd,
                                   stdin=stdin, env=env, cap=self.limits.max_output_bytes,
@@ -198,7 +199,13 @@ class LocalBackend:
         except asyncio.CancelledError:
             quota.settle()  # its processes are killed: never leave the sandbox over quota
             raise
-        over = await asyncio.to_thread(quota.settle)
+        try:
+            after = await dq.listed(upper)
+        except asyncio.CancelledError:
+            quota.settle()
+            raise
+        # (cancelled in the thread, a settle still finishes there)
+        over = None if quota.within(after) else await asyncio.to_thread(quota.settle, after)
         stderr = out.stderr.decode("utf-8", "replace") + (over.message() if over else "")
         return ExecResult(out.returncode, out.stdout.decode("utf-8", "replace"), stderr,
                           out.seconds, out.timed_out, out.output_truncated,

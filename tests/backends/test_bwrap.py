@@ -138,3 +138,27 @@ def test_the_prlimit_prefix_names_every_limit() -> None:
                       f"--fsize={2 << 20}:{2 << 20}", "--nproc=9:9", "--"]
     assert bw.limit_prefix(limits, nproc=False, prlimit="/p")[-2] == f"--fsize={2 << 20}:{2 << 20}"
     assert bw.limit_prefix(limits, nproc=True, prlimit=None) == []
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"),
+                    reason="3.12+ waits with pidfds by itself")
+def test_commands_are_waited_for_with_pidfds_on_any_loop_in_any_thread() -> None:
+    """The replacement child watcher keeps no loop of its own: commands started from two event
+    loops in two threads at once all come back with their own exit codes."""
+    import threading
+
+    async def burst(base: int) -> list[int]:
+        outcomes = await asyncio.gather(*(
+            bw.run_limited(["sh", "-c", f"sleep 0.{i % 3}; exit {base + i}"], limits=SandboxLimits(),
+                           timeout=30, stdin=None, output_cap=64, env=ENV, nproc=False)
+            for i in range(8)))
+        return [o.returncode for o in outcomes]
+
+    results: dict[int, list[int]] = {}
+    threads = [threading.Thread(target=lambda b=b: results.__setitem__(b, asyncio.run(burst(b)))) for b in (10, 40)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert type(asyncio.get_child_watcher()) is bw._PidfdWatcher
+    assert results == {10: list(range(10, 18)), 40: list(range(40, 48))}

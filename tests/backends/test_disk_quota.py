@@ -278,3 +278,29 @@ def test_a_fork_is_charged_only_its_own_upper(tmp_path: Path) -> None:
             await backend.delete(box)
 
     asyncio.run(go())
+
+
+@pytest.mark.parametrize("files", [0, 5, dq.INLINE_ENTRIES - 1, dq.INLINE_ENTRIES, 3 * dq.INLINE_ENTRIES + 7])
+def test_a_listing_walked_partly_in_a_thread_is_the_whole_walk(tmp_path: Path, files: int) -> None:
+    """Short walks stay on the loop; a long one goes on in a thread from where it stopped."""
+    for i in range(files):
+        sub = tmp_path / f"d{i % 9}"
+        sub.mkdir(exist_ok=True)
+        (sub / f"f{i}").write_bytes(b"x" * (i % 3000))
+    hops: list[object] = []
+    real = asyncio.to_thread
+
+    async def counted(func, *args):  # type: ignore[no-untyped-def]
+        hops.append(func)
+        return await real(func, *args)
+
+    async def go() -> dict[str, dq.Entry]:
+        asyncio.to_thread = counted  # type: ignore[assignment]
+        try:
+            return await dq.listed(tmp_path)
+        finally:
+            asyncio.to_thread = real  # type: ignore[assignment]
+
+    got = asyncio.run(go())
+    assert got == dict(dq.walk(tmp_path))
+    assert len(hops) == (1 if len(got) >= dq.INLINE_ENTRIES else 0), (len(got), hops)
