@@ -1,17 +1,21 @@
 """What one local sandbox costs: create, one command (`echo usable`), delete, in CPU and wall.
 
     python scripts/probe_exec_cost.py [--n 200] [--concurrency 4] [--ballast-mb 0]
-        [--launcher prlimit|preexec] [--command 'echo usable'] [--calc]
+        [--launcher helper|prlimit|preexec] [--command 'echo usable'] [--calc]
 
 `--calc` seeds each sandbox with calc's (unbroken) files first, e.g. to time
 `--command 'python -m pytest -q --tb=no'`, the command a calc attempt runs most.
 
 CPU is split into this process (`parent`: the backend's own Python, asyncio's subprocess
-machinery, the disk-quota watch) and its reaped children (`children`: prlimit, bwrap, setpriv
-and the shells inside the sandbox). `--ballast-mb` grows this process first (touched pages), to
-show what a big parent such as a Ray worker pays per command: a `preexec_fn` makes Python
-fork() the whole process, while the `prlimit` launcher lets it vfork(). A tuning tool, not a
-benchmark: figures move with the machine's load.
+machinery, the disk-quota watch) and its reaped children (`children`: bwrap, the sandbox's pid 1
+and the shells inside it). Launchers: `helper` (the default: the compiled pid-1 helper sets the
+limits and drops to the sandbox user), `prlimit` (the fallback without a C compiler: util-linux
+prlimit, setpriv and a pid-1 sh), `preexec` (the fallback without prlimit either: a Python
+`preexec_fn`). `--ballast-mb` grows this process first (touched pages), to show what a big
+parent such as a Ray worker pays per command: a `preexec_fn` makes Python fork() the whole
+process, the others let it vfork(). Kernel work done outside the process tree (a network
+namespace's teardown) is in neither figure. A tuning tool, not a benchmark: figures move with
+the machine's load.
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ def _cpu() -> tuple[float, float]:
     return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
 
 
-async def _measure(n: int, concurrency: int, command: str, calc: bool) -> None:
-    backend = LocalBackend(Path(tempfile.mkdtemp(prefix="exec-cost-")))
+async def _measure(n: int, concurrency: int, command: str, calc: bool, helper: bool) -> None:
+    backend = LocalBackend(Path(tempfile.mkdtemp(prefix="exec-cost-")), pid1_helper=helper)
     slots = asyncio.Semaphore(concurrency)
     handles: list = []
 
@@ -76,19 +80,19 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--ballast-mb", type=int, default=0, help="grow this process first (MB, touched)")
-    parser.add_argument("--launcher", choices=("prlimit", "preexec"), default="prlimit")
+    parser.add_argument("--launcher", choices=("helper", "prlimit", "preexec"), default="helper")
     parser.add_argument("--command", default="echo usable")
     parser.add_argument("--calc", action="store_true", help="seed calc's files into each sandbox first")
     args = parser.parse_args()
     if args.launcher == "preexec":
         bw._PRLIMIT = None
-    elif bw._PRLIMIT is None:
+    elif args.launcher == "prlimit" and bw._PRLIMIT is None:
         raise SystemExit("no prlimit on this machine (util-linux)")
     ballast = bytearray(args.ballast_mb << 20)
     for i in range(0, len(ballast), 4096):
         ballast[i] = 1
     print(f"launcher {args.launcher}, this process grown by {args.ballast_mb} MB")
-    asyncio.run(_measure(args.n, args.concurrency, args.command, args.calc))
+    asyncio.run(_measure(args.n, args.concurrency, args.command, args.calc, args.launcher == "helper"))
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -49,6 +49,7 @@ _ETC_DATA = {
     "hosts": b"127.0.0.1 localhost\n::1 localhost\n",
 }
 _HAS_LIB64 = os.path.isdir("/usr/lib64")
+_CHILD_PID = re.compile(rb'"child-pid":\s*(\d+)\s*[,}]')
 INIT_PATH = "/init"  # where the helper is bound in a sandbox
 _INIT_SOURCE = Path(__file__).with_name("sandbox_init.c")
 _smoke_results: dict[tuple[str, "PythonLayout", bool], tuple["Support", str | None]] = {}
@@ -314,10 +315,18 @@ class Launch:
                 self._finish(info.read())
 
     def _finish(self, info: bytes) -> None:
-        if info.strip():  # empty: bwrap failed before cloning; its stderr tells why
-            pid = self.child_pid = int(json.loads(info)["child-pid"])
-            for name in ("uid_map", "gid_map"):
-                Path(f"/proc/{pid}/{name}").write_text(f"0 0 1\n1000 {self.host_id} 1\n")
+        """Write the sandbox's maps, then release bwrap. Only the pid is read from the info
+        (JSON): a bwrap killed while writing it (a delete racing the command's start) leaves
+        it cut short or empty, and then no maps are written: `_supervise` reports the kill.
+        The pid counts only when a delimiter follows it (a cut number names another process)."""
+        found = _CHILD_PID.search(info)
+        if found:
+            pid = self.child_pid = int(found.group(1))
+            try:
+                for name in ("uid_map", "gid_map"):
+                    Path(f"/proc/{pid}/{name}").write_text(f"0 0 1\n1000 {self.host_id} 1\n")
+            except (FileNotFoundError, ProcessLookupError):
+                pass  # the sandbox died with its bwrap before we got here
         self._close(self._block_w)  # EOF on the block fd releases bwrap
 
     def _close(self, fd: int) -> None:

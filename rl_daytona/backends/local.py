@@ -30,8 +30,9 @@ workspace). With layers the merged view only exists inside the sandbox (whiteout
 dirs), so they run a tiny `sh` script in it that checks `realpath` stays under /workspace.
 
 CPU accounting: `cpu_seconds()` is this process's RUSAGE_CHILDREN user+sys time since the
-backend was built. Each sandbox's pid 1 is a shell that waits for the command, and bwrap waits
-for pid 1, so a command's CPU time reaches us when it ends or hits a limit. It is process-wide
+backend was built. Each sandbox's pid 1 (the compiled helper, or a shell where there is no C
+compiler; see `bwrap.py`) waits for the command, and bwrap waits for pid 1, so a command's CPU
+time reaches us when it ends or hits a limit. It is process-wide
 (it also counts any other child this process reaped, other backends' too), and a command killed
 at its wall-clock deadline may be under-counted (its processes die with the pid namespace).
 

@@ -162,3 +162,24 @@ def test_commands_are_waited_for_with_pidfds_on_any_loop_in_any_thread() -> None
         thread.join(timeout=60)
     assert type(asyncio.get_child_watcher()) is bw._PidfdWatcher
     assert results == {10: list(range(10, 18)), 40: list(range(40, 48))}
+
+
+_DEAD = next(p for p in range(4194303, 1, -1) if not os.path.exists(f"/proc/{p}"))  # no such process
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the map handshake is only made as root")
+@pytest.mark.parametrize("info, pid", [
+    (b'{\n    "child-pid": %d,\n    "cgroup-namespace": 4026532838,\n    "ipc-namespace": 1\n}\n' % _DEAD, _DEAD),
+    (b'{\n    "child-pid": %d\n}\n' % _DEAD, _DEAD),
+    (b'{\n    "child-pid": %d,\n    "cgroup-namespace": 40265' % _DEAD, _DEAD),  # bwrap killed mid-write
+    (b'{\n    "child-pid": 41943', None),  # the number may be cut: it names no process of ours
+    (b"", None),  # killed before it cloned
+])
+def test_a_bwrap_killed_while_reporting_its_pid_is_no_handshake_error(info: bytes, pid: int | None) -> None:
+    """A delete racing a command's start kills bwrap while it writes --info-fd: the info comes
+    cut short and its sandbox is gone. The launch must not fail on it (the kill is reported by
+    the supervisor), must not write maps for a pid it only has part of, and must release bwrap."""
+    with bw.Launch() as launch:
+        launch._finish(info)
+        assert launch.child_pid == pid
+        assert launch._block_w not in launch._own, "bwrap's block fd is released"
