@@ -11,7 +11,7 @@ Layout and the fork scheme (layered copy-on-write, like container images):
     root/<id>/upper/      the writable top layer; with no layers it is bind-mounted as-is
     root/<id>/work/       overlayfs work dir (only once the sandbox has layers)
     root/_layers/<lid>/   frozen, read-only layers shared by any number of sandboxes
-    root/_spare/<x>/      a deleted sandbox's emptied folder (empty upper, empty meta.json)
+    root/_spare/<x>/      a deleted sandbox's emptied folder (an empty meta.json, no upper)
 
 `fork(parent)` freezes the parent's upper: it is renamed to `_layers/<lid>` and appended to
 the parent's layers; the parent gets a fresh empty upper and the child gets the same layers
@@ -22,7 +22,7 @@ would grow too long `fork` first flattens the parent into one new layer (`cp -a`
 Fork an idle sandbox: a command (or write) still running in the parent while it is forked may
 land in the layer being frozen, or be dropped by a flatten. `delete` renames the sandbox into `root/_trash-*`, moves layers no meta
 names any more into it (under a flock on root), then, off the event loop, empties it and keeps
-it in `root/_spare/` for the next `create` (see `_recycle`), or removes it.
+it (folder and meta.json only) in `root/_spare/` for the next `create` (see `_recycle`).
 
 Host-side file access: without layers `write_files`/`read_file` work on the upper directly,
 resolving each component with O_NOFOLLOW (symlinks are followed by hand and may not leave the
@@ -318,14 +318,14 @@ class LocalBackend:
         os.replace(tmp, target)
 
     def _new_sandbox(self, meta: _Meta) -> _Meta:
-        """Its folder, its empty upper layer and its meta.json: a spare's when there is one (see
-        `_recycle`), else new ones. meta.json is written in place: a reader that meets it empty
+        """Its folder and meta.json (a spare's when there is one, see `_recycle`, else new ones)
+        and a new empty upper layer. meta.json is written in place: a reader that meets it empty
         or half-written takes it for half-created, as it does a folder without one."""
         base = self._dir(meta.sandbox_id)
         try:
             if not self._take_spare(base):
                 os.mkdir(base)
-                self._mkdir_owned(base / "upper")
+            self._mkdir_owned(base / "upper")
             with open(base / "meta.json", "w", encoding="utf-8") as out:
                 out.write(meta.to_json())
         except OSError as exc:
@@ -348,26 +348,20 @@ class LocalBackend:
                 continue
 
     def _recycle(self, trash: Path) -> None:
-        """Empty a deleted sandbox's folder and keep it as a spare: `create` reuses its folder,
-        upper and meta.json, where allocating new inodes is most of a create on a filesystem
-        churned by thousands of sandboxes (ext4 skips recently freed inodes). Whatever the
-        sandbox changed on its upper (contents, mode, extended attributes) is undone; a folder
-        that is not a plain skeleton, or one more than `_MAX_SPARES`, is removed instead."""
-        upper, meta = trash / "upper", trash / "meta.json"
+        """Keep a deleted sandbox's folder and meta.json as a spare that `create` renames into
+        place (allocating new inodes is most of a create on a filesystem churned by thousands
+        of sandboxes: ext4 skips recently freed ones). Its upper is never reused: a process of
+        the old sandbox still alive somewhere (another process's command, an escaped pid 1)
+        would write into the next one's workspace, so it is removed with everything else and
+        the next create makes a new one. A folder whose meta.json is not a plain file, or one
+        more than `_MAX_SPARES`, is removed instead."""
+        meta = trash / "meta.json"
         try:
-            plain = (upper.is_dir() and not upper.is_symlink() and meta.is_file()
-                     and not meta.is_symlink())
             for entry in os.scandir(trash):
-                if entry.name not in ("upper", "meta.json"):
+                if entry.name != "meta.json":
                     _remove(Path(entry.path))
-            if plain and len(os.listdir(self.root / SPARES)) < _MAX_SPARES:
-                for entry in os.scandir(upper):
-                    _remove(Path(entry.path))
-                for name in os.listxattr(upper, follow_symlinks=False):
-                    os.removexattr(upper, name, follow_symlinks=False)
-                os.chmod(upper, 0o755)
-                if self._owner is not None:
-                    os.chown(upper, self._owner, self._owner)
+            if (meta.is_file() and not meta.is_symlink()
+                    and len(os.listdir(self.root / SPARES)) < _MAX_SPARES):
                 os.truncate(meta, 0)
                 os.rename(trash, self.root / SPARES / uuid.uuid4().hex)
                 return

@@ -347,8 +347,7 @@ def test_delete_leaves_nothing_behind(backend: LocalBackend) -> None:
     assert sorted(os.listdir(backend.root)) == ["_layers", "_spare"]
     assert os.listdir(backend.root / "_layers") == []
     for spare in (backend.root / "_spare").iterdir():  # emptied folders kept for the next create
-        assert sorted(os.listdir(spare)) == ["meta.json", "upper"]
-        assert os.listdir(spare / "upper") == [] and (spare / "meta.json").stat().st_size == 0
+        assert os.listdir(spare) == ["meta.json"] and (spare / "meta.json").stat().st_size == 0
 
 
 def test_a_recycled_folder_holds_nothing_of_its_last_sandbox(backend: LocalBackend) -> None:
@@ -358,10 +357,18 @@ def test_a_recycled_folder_holds_nothing_of_its_last_sandbox(backend: LocalBacke
                                        "&& ln -s /etc/passwd link && chmod 700 /workspace")
         assert done.exit_code == 0, done.stderr
         os.setxattr(backend._upper(old.sandbox_id), "user.mark", b"1")  # (no setfattr in the sandbox)
-        used = os.stat(backend._upper(old.sandbox_id)).st_ino
-        await backend.delete(old)
-        new = await backend.create("run-2", {"k": "v"})
-        assert os.stat(backend._upper(new.sandbox_id)).st_ino == used, "the spare was reused"
+        folder = os.stat(backend._dir(old.sandbox_id)).st_ino
+        old_upper = os.open(backend._upper(old.sandbox_id), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            await backend.delete(old)
+            new = await backend.create("run-2", {"k": "v"})
+            assert os.stat(backend._dir(new.sandbox_id)).st_ino == folder, "the spare folder was reused"
+            # a process of the old sandbox still alive (here: an open directory) holds an upper
+            # that no sandbox uses any more
+            assert os.fstat(old_upper).st_nlink == 0
+            assert os.stat(backend._upper(new.sandbox_id)).st_ino != os.fstat(old_upper).st_ino
+        finally:
+            os.close(old_upper)
         listing = await backend.exec(new, "ls -A /workspace; stat -c %a /workspace; id -u")
         assert listing.stdout.split() == ["755", "1000"], listing
         assert os.listxattr(backend._upper(new.sandbox_id)) == []
