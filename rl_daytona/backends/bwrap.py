@@ -261,6 +261,15 @@ def sandbox_host_id() -> int | None:
     return HOST_ID if os.geteuid() == 0 else None
 
 
+@functools.lru_cache(maxsize=1)
+def _setpriv_pdeathsig() -> tuple[str, ...]:
+    try:
+        usage = subprocess.run(["setpriv", "--help"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return ("--pdeathsig", "KILL") if "--pdeathsig" in usage else ()
+
+
 class Launch:
     """The fds one bwrap launch needs as root: the userns handshake.
 
@@ -290,10 +299,12 @@ class Launch:
                 str(self._block_r), "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
 
     def drop_to_sandbox_user(self) -> list[str]:
+        """setpriv's drop to 1000; it also sets again the parent-death signal the uid switch
+        clears, where its util-linux is new enough (2.33+) to."""
         if self.host_id is None:
             return []
         return ["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", "--inh-caps=-all",
-                "--bounding-set=-all", "--no-new-privs", "--"]
+                "--bounding-set=-all", "--no-new-privs", *_setpriv_pdeathsig(), "--"]
 
     @property
     def pass_fds(self) -> tuple[int, ...]:

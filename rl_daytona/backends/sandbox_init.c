@@ -1,6 +1,6 @@
 /* pid 1 of a local bwrap sandbox: set the command's resource limits, drop to the sandbox user
  * (as root: uid/gid 1000, no groups, empty bounding/inheritable/ambient capability sets,
- * no_new_privs), fork the command, reap every process until it exits, and exit with its
+ * no_new_privs), die with its bwrap (the switch clears that signal: it is set again), fork the command, reap every process until it exits, and exit with its
  * status (128 + signal when killed, like sh). One small exec instead of the fallback's three
  * (util-linux prlimit, setpriv and a pid-1 sh), which cost ~3 ms of CPU per command.
  *
@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <grp.h>
 #include <linux/capability.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +91,10 @@ int main(int argc, char **argv) {
     if (syscall(SYS_capset, &header, none) != 0) fail("capset");
     if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
         fail("clear the ambient capabilities");
+
+    /* the uid switch cleared the parent-death signal bwrap set (--die-with-parent): set it
+       again, so the sandbox dies with its bwrap even when whoever started bwrap died outright */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) fail("set the parent-death signal");
 
     pid_t child = fork();
     if (child < 0) fail("fork");

@@ -6,6 +6,7 @@ import asyncio
 import os
 import socket
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Awaitable, TypeVar
 
@@ -472,3 +473,56 @@ def test_unusable_bwrap_raises_clear_error(tmp_path: Path) -> None:
             LocalBackend(tmp_path / "sb", bwrap=bogus)
     with pytest.raises(ValueError):
         LocalBackend(tmp_path / "sb", isolation="chroot")
+
+
+_STARTER = """
+import asyncio, sys
+from pathlib import Path
+from rl_daytona.backends.local import LocalBackend
+
+async def main() -> None:
+    backend = LocalBackend(Path(sys.argv[1]), pid1_helper=sys.argv[2] == "1")
+    box = await backend.create("orphan")
+    await backend.exec(box, "echo up > started; sleep " + sys.argv[3])
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("helper", [True, False], ids=["helper", "fallback"])
+def test_a_sandbox_dies_with_the_process_that_started_it(tmp_path: Path, helper: bool) -> None:
+    """Its pid 1 changes uid, which clears the parent-death signal bwrap gave it: set again,
+    a command outlives neither its bwrap nor a starter killed outright (a lost actor)."""
+    import signal
+    import subprocess
+    import sys
+
+    marker = f"{70 + uuid.uuid4().int % 1000 / 1000:.3f}"
+    starter = subprocess.Popen([sys.executable, "-c", _STARTER, str(tmp_path / "sb"), "1" if helper else "0", marker])
+
+    def sleepers() -> list[int]:
+        found = []
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    if open(f"/proc/{name}/cmdline", "rb").read().split(b"\0")[:2] == [b"sleep", marker.encode()]:
+                        found.append(int(name))
+                except OSError:
+                    continue
+        return found
+
+    try:
+        deadline = time.monotonic() + 60
+        while not sleepers() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sleepers(), "the command started"
+        starter.send_signal(signal.SIGKILL)
+        starter.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while sleepers() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sleepers() == [], "the sandbox's command died with its starter"
+    finally:
+        starter.kill()
+        for pid in sleepers():
+            os.kill(pid, signal.SIGKILL)
