@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hashlib
 import os
 import re
 import resource
@@ -33,6 +32,8 @@ from pathlib import Path
 from typing import Awaitable, Callable, Mapping
 
 from rl_daytona.backends.base import WORKSPACE, IsolationUnavailableError
+from rl_daytona.backends.child_watch import use_pidfd_children
+from rl_daytona.backends.sandbox_support import INIT_PATH, Support, host_support
 from rl_daytona.types import SandboxLimits
 
 _MB = 1024 * 1024
@@ -41,19 +42,9 @@ _PID1 = ["sh", "-c", '"$@"; exit $?', "sh"]  # pid 1 forks the command; its CPU 
 OUTPUT_KILL_FACTOR = 16  # a command producing 16x the output cap is killed (limit "output")
 _DRAIN_GRACE = 1.0  # seconds to wait for pipes after the command exited
 _EXIT_GRACE = 5.0  # seconds to wait for a SIGKILLed process to be reaped
-_ETC_FILES = ("alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime",
-              "nsswitch.conf", "protocols")
-_ETC_DATA = {
-    "passwd": b"root:x:0:0::/root:/usr/sbin/nologin\nsandbox:x:1000:1000::/workspace:/bin/sh\n",
-    "group": b"root:x:0:\nsandbox:x:1000:\n",
-    "hosts": b"127.0.0.1 localhost\n::1 localhost\n",
-}
 _HAS_LIB64 = os.path.isdir("/usr/lib64")
 _CHILD_PID = re.compile(rb'"child-pid":\s*(\d+)\s*[,}]')
-INIT_PATH = "/init"  # where the helper is bound in a sandbox
-_INIT_SOURCE = Path(__file__).with_name("sandbox_init.c")
 _smoke_results: dict[tuple[str, "PythonLayout", bool], tuple["Support", str | None]] = {}
-_supports: dict[tuple[str, bool], "Support"] = {}
 
 
 @dataclass(frozen=True)
@@ -104,96 +95,6 @@ def clean_env(path: str, home: str, extra: Mapping[str, str] | None) -> dict[str
            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     env.update(extra or {})
     return env
-
-
-@dataclass(frozen=True)
-class Support:
-    """What every sandbox gets from the host besides /usr and Python, made once per machine:
-    `etc`, the staged /etc (a handful of host files and synthetic passwd/group/hosts, one bind
-    instead of ten), and `init`, the compiled pid-1 helper (None: the prlimit/setpriv/sh chain)."""
-
-    etc: Path
-    init: str | None
-
-
-def cache_dir() -> Path:
-    """Where the staged /etc and the helper live (per user; a temp dir if home is unusable)."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rl_daytona"
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-        return base
-    except OSError:
-        fallback = Path(tempfile.gettempdir()) / f"rl_daytona-{os.geteuid()}"
-        fallback.mkdir(mode=0o700, exist_ok=True)
-        return fallback
-
-
-def stage_etc(cache: Path) -> Path:
-    """The sandbox's /etc, named by its content (a changed host file makes a new one), made
-    beside and renamed into place, so processes staging at once never see it half made."""
-    digest = hashlib.sha256()
-    for name in _ETC_FILES:
-        host = Path("/etc", name)
-        for path in sorted([host, *host.rglob("*")] if host.is_dir() else [host]):
-            digest.update(str(path).encode())
-            if path.is_symlink():
-                digest.update(b"->" + os.readlink(path).encode())
-            elif path.is_file():
-                digest.update(path.read_bytes())
-    for name, data in sorted(_ETC_DATA.items()):
-        digest.update(name.encode() + data)
-    target = cache / f"etc-{digest.hexdigest()[:16]}"
-    if target.is_dir():
-        return target
-    staging = Path(tempfile.mkdtemp(prefix=".etc-", dir=cache))
-    try:
-        os.chmod(staging, 0o755)
-        for name in _ETC_FILES:
-            host = Path("/etc", name)
-            if host.is_symlink() or host.is_file():
-                shutil.copy2(host, staging / name, follow_symlinks=False)
-            elif host.is_dir():
-                shutil.copytree(host, staging / name, symlinks=True)
-        for name, data in _ETC_DATA.items():
-            (staging / name).write_bytes(data)
-            os.chmod(staging / name, 0o644)
-        try:
-            os.rename(staging, target)
-        except OSError:  # another process made it first: the same content
-            if not target.is_dir():
-                raise
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    return target
-
-
-def build_init(cache: Path) -> str | None:
-    """The pid-1 helper compiled from `sandbox_init.c` (static when the C library allows),
-    named by the source's hash; None when there is no C compiler or it fails."""
-    source = _INIT_SOURCE.read_bytes()
-    target = cache / f"sandbox-init-{hashlib.sha256(source).hexdigest()[:16]}"
-    if os.access(target, os.X_OK):
-        return str(target)
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        return None
-    fd, partial = tempfile.mkstemp(prefix=".sandbox-init-", dir=cache)
-    os.close(fd)
-    try:
-        for static in (["-static"], []):
-            done = subprocess.run([compiler, "-O2", *static, "-o", partial, str(_INIT_SOURCE)],
-                                  capture_output=True, timeout=120, check=False)
-            if done.returncode == 0:
-                os.chmod(partial, 0o755)
-                os.replace(partial, target)
-                return str(target)
-        return None
-    except (OSError, subprocess.SubprocessError):
-        return None
-    finally:
-        with suppress(FileNotFoundError):
-            os.unlink(partial)
 
 
 def init_args(limits: SandboxLimits, *, switch_user: bool) -> list[str]:
@@ -376,15 +277,6 @@ async def _read_until_eof(fd: int) -> bytes:
         chunks.append(chunk)
 
 
-def host_support(helper: bool = True) -> Support:
-    """This machine's staged /etc and (unless `helper` is False) pid-1 helper; made once."""
-    key = ("support", helper)
-    if key not in _supports:
-        cache = cache_dir()
-        _supports[key] = Support(stage_etc(cache), build_init(cache) if helper else None)
-    return _supports[key]
-
-
 def check_bwrap(bwrap: str, python: PythonLayout, *, helper: bool = True) -> Support:
     """The support sandboxes run with here: the helper when a sandbox runs with it, else the
     prlimit/setpriv/sh chain; IsolationUnavailableError when bwrap cannot run a sandbox
@@ -506,63 +398,6 @@ class _Capture:
             self.kill()
 
 
-class _PidfdWatcher(asyncio.AbstractChildWatcher):
-    """Python 3.12's way of waiting for asyncio's child processes, for 3.11: a pidfd on the
-    running loop per child. 3.11's default starts a thread per child instead, which serializes
-    a burst of commands on the event loop (~10% of a 256-wide spin-up wave here). Stateless,
-    so any number of loops in any threads share it."""
-
-    def add_child_handler(self, pid: int, callback: Callable[..., object], *args: object) -> None:
-        loop = asyncio.get_running_loop()
-        pidfd = os.pidfd_open(pid)
-        loop._add_reader(pidfd, self._do_wait, pid, pidfd, callback, args)  # type: ignore[attr-defined]
-
-    def _do_wait(self, pid: int, pidfd: int, callback: Callable[..., object], args: tuple[object, ...]) -> None:
-        asyncio.get_running_loop()._remove_reader(pidfd)  # type: ignore[attr-defined]
-        try:
-            _, status = os.waitpid(pid, 0)
-            returncode = os.waitstatus_to_exitcode(status)
-        except ChildProcessError:  # reaped elsewhere: what asyncio itself reports then
-            returncode = 255
-        os.close(pidfd)
-        callback(pid, returncode, *args)
-
-    def remove_child_handler(self, pid: int) -> bool:
-        return True
-
-    def attach_loop(self, loop: asyncio.AbstractEventLoop | None) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def is_active(self) -> bool:
-        return True
-
-    def __enter__(self) -> _PidfdWatcher:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        pass
-
-
-_WATCHER_CHECKED: list[bool] = []
-
-
-def _pidfd_children() -> None:
-    """Once per process, on Python < 3.12 with pidfds: replace asyncio's default (threaded)
-    child watcher by `_PidfdWatcher`; a watcher someone else chose is left alone."""
-    if _WATCHER_CHECKED or sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
-        return
-    _WATCHER_CHECKED.append(True)
-    try:
-        os.close(os.pidfd_open(os.getpid()))
-    except OSError:
-        return
-    if type(asyncio.get_child_watcher()) is asyncio.ThreadedChildWatcher:
-        asyncio.set_child_watcher(_PidfdWatcher())
-
-
 async def run_limited(argv: list[str], *, limits: SandboxLimits, timeout: float,
                       stdin: bytes | None, output_cap: int, env: Mapping[str, str],
                       cwd: str | None = None,
@@ -571,7 +406,7 @@ async def run_limited(argv: list[str], *, limits: SandboxLimits, timeout: float,
                       limits_inside: bool = False) -> RunOutcome:
     """Run `argv` in its own session under the limits (set by `argv` itself when
     `limits_inside`: the sandbox's helper); kill it all at the deadline."""
-    _pidfd_children()
+    use_pidfd_children()
     started = time.monotonic()
     prefix = [] if limits_inside else limit_prefix(limits, nproc=nproc, prlimit=_PRLIMIT)
     setter = None if limits_inside or prefix else limit_setter(limits, nproc=nproc)

@@ -329,9 +329,9 @@ class QuotaWatch:
     def settle(self, listing: dict[str, Entry] | None = None) -> QuotaReport | None:
         """Take back growth past the allowance (the command's processes must be dead)."""
         now = dict(walk(self.upper)) if listing is None else listing
-        total = sum(e.charge for e in now.values())
-        if total <= self.allowance and not self.tripped:
+        if self.within(now):
             return None
+        total = sum(e.charge for e in now.values())
         self.peak = max(self.peak, total)
         removed: list[str] = []
         for path in self._new_files(now) + self._new_dirs(now) + self._grown(now):

@@ -24,9 +24,9 @@ land in the layer being frozen, or be dropped by a flatten. `delete` renames the
 names any more into it (under a flock on root), then, off the event loop, empties it and keeps
 it (folder and meta.json only) in `root/_spare/` for the next `create` (see `_recycle`).
 
-Host-side file access: without layers `write_files`/`read_file` work on the upper directly,
-resolving each component with O_NOFOLLOW (symlinks are followed by hand and may not leave the
-workspace). With layers the merged view only exists inside the sandbox (whiteouts, opaque
+Host-side file access: without layers `write_files`/`read_file` work on the upper directly
+(`host_files.py`), resolving each component with O_NOFOLLOW (symlinks are followed by hand and
+may not leave the workspace). With layers the merged view only exists inside the sandbox (whiteouts, opaque
 dirs), so they run a tiny `sh` script in it that checks `realpath` stays under /workspace.
 
 CPU accounting: `cpu_seconds()` is this process's RUSAGE_CHILDREN user+sys time since the
@@ -61,7 +61,6 @@ import posixpath
 import resource
 import shutil
 import signal
-import stat
 import sys
 import uuid
 from contextlib import contextmanager
@@ -71,6 +70,7 @@ from typing import Iterator, Mapping
 
 from rl_daytona.backends import bwrap as bw
 from rl_daytona.backends import disk_quota as dq
+from rl_daytona.backends import host_files as hf
 from rl_daytona.backends.base import (
     WORKSPACE, ExecResult, IsolationUnavailableError, SandboxError, SandboxHandle,
 )
@@ -253,20 +253,20 @@ class LocalBackend:
     # ----- files -------------------------------------------------------------------------
     async def write_files(self, sandbox: SandboxHandle, files: Mapping[str, bytes | str]) -> None:
         meta = self._load(sandbox.sandbox_id)
-        encoded = {_parts(p): d.encode() if isinstance(d, str) else bytes(d) for p, d in files.items()}
+        encoded = {hf.parts(p): d.encode() if isinstance(d, str) else bytes(d) for p, d in files.items()}
         for parts, data in encoded.items():
             if meta.layers:
                 await self._in_sandbox(meta, _WRITE_SCRIPT, parts, data)
             else:
-                await asyncio.to_thread(_write_host, self._upper(meta.sandbox_id), parts, data,
+                await asyncio.to_thread(hf.write_host, self._upper(meta.sandbox_id), parts, data,
                                         self._owner)
 
     async def read_file(self, sandbox: SandboxHandle, path: str) -> bytes:
         meta = self._load(sandbox.sandbox_id)
-        parts = _parts(path)
+        parts = hf.parts(path)
         if meta.layers:
             return await self._in_sandbox(meta, _READ_SCRIPT, parts, None)
-        return await asyncio.to_thread(_read_host, self._upper(meta.sandbox_id), parts)
+        return await asyncio.to_thread(hf.read_host, self._upper(meta.sandbox_id), parts)
 
     async def _in_sandbox(self, meta: _Meta, script: str, parts: tuple[str, ...],
                           data: bytes | None) -> bytes:
@@ -465,120 +465,6 @@ def _limit_hit(out: bw.RunOutcome) -> str | None:
     if code != 0 and any(marker in err for marker in _MEMORY_MARKERS):
         return "memory"
     return None
-
-
-def _parts(path: str) -> tuple[str, ...]:
-    """Components of a workspace path; ValueError if it could name anything outside."""
-    if not isinstance(path, str) or not path or "\0" in path:
-        raise ValueError(f"bad sandbox path {path!r}")
-    if path.startswith("/"):
-        if path != WORKSPACE and not path.startswith(WORKSPACE + "/"):
-            raise ValueError(f"{path!r} is outside {WORKSPACE}")
-        path = path[len(WORKSPACE):]
-    parts = tuple(p for p in path.split("/") if p not in ("", "."))
-    if ".." in parts:
-        raise ValueError(f"'..' is not allowed in sandbox paths: {path!r}")
-    if not parts:
-        raise ValueError(f"{path!r} names the workspace itself, not a file")
-    return parts
-
-
-def _resolve(root: Path, parts: tuple[str, ...], create: bool,
-             owner: int | None = None) -> tuple[int, str]:
-    """(fd of the parent dir, final name) of `parts` under `root`, never leaving `root`.
-
-    Symlinks are followed by hand, as the sandbox would see them (absolute targets are
-    sandbox paths); one that leads outside the workspace raises ValueError.
-    """
-    stack = [os.open(root, os.O_RDONLY | os.O_DIRECTORY)]
-    todo, hops = list(reversed(parts)), 0
-    try:
-        while True:
-            if not todo:  # a symlink named the workspace itself or one of its dirs
-                raise IsADirectoryError(errno.EISDIR, "is a directory", "/".join(parts))
-            name = todo.pop()
-            if name == "..":
-                if len(stack) == 1:
-                    raise ValueError("a symlink in the path leads outside the workspace")
-                os.close(stack.pop())
-                continue
-            target = _readlink(stack[-1], name)
-            if target is not None:
-                hops += 1
-                if hops > 40:
-                    raise OSError(errno.ELOOP, "too many symlinks", name)
-                todo.extend(reversed(_link_parts(target, stack)))
-                continue
-            if not todo:
-                return stack.pop(), name
-            stack.append(_open_dir(stack[-1], name, create, owner))
-    finally:
-        for fd in stack:
-            os.close(fd)
-
-
-def _readlink(dir_fd: int, name: str) -> str | None:
-    try:
-        return os.readlink(name, dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.EINVAL):  # absent, or not a symlink
-            return None
-        raise
-
-
-def _link_parts(target: str, stack: list[int]) -> list[str]:
-    """A symlink target as components to walk; absolute ones restart at the workspace."""
-    if target.startswith("/"):
-        if target != WORKSPACE and not target.startswith(WORKSPACE + "/"):
-            raise ValueError(f"a symlink in the path leads outside {WORKSPACE}: {target!r}")
-        while len(stack) > 1:
-            os.close(stack.pop())
-        target = target[len(WORKSPACE):]
-    return [p for p in target.split("/") if p not in ("", ".")]
-
-
-def _open_dir(dir_fd: int, name: str, create: bool, owner: int | None) -> int:
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
-    try:
-        return os.open(name, flags, dir_fd=dir_fd)
-    except FileNotFoundError:
-        if not create:
-            raise
-        os.mkdir(name, 0o755, dir_fd=dir_fd)
-        fd = os.open(name, flags, dir_fd=dir_fd)
-        if owner is not None:
-            os.fchown(fd, owner, owner)
-        return fd
-
-
-def _write_host(root: Path, parts: tuple[str, ...], data: bytes, owner: int | None) -> None:
-    dir_fd, name = _resolve(root, parts, create=True, owner=owner)
-    try:
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK,
-                     0o644, dir_fd=dir_fd)
-    finally:
-        os.close(dir_fd)
-    with os.fdopen(fd, "wb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError(f"{'/'.join(parts)!r} is not a regular file")
-        if owner is not None:
-            os.fchown(fd, owner, owner)
-        handle.write(data)
-
-
-def _read_host(root: Path, parts: tuple[str, ...]) -> bytes:
-    dir_fd, name = _resolve(root, parts, create=False)
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
-    finally:
-        os.close(dir_fd)
-    with os.fdopen(fd, "rb") as handle:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise IsADirectoryError(errno.EISDIR, "is a directory", "/".join(parts))
-        if not stat.S_ISREG(mode):
-            raise ValueError(f"{'/'.join(parts)!r} is not a regular file")
-        return handle.read()
 
 
 def _remove(path: Path) -> None:

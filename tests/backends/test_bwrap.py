@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from rl_daytona.backends import bwrap as bw
+from rl_daytona.backends.child_watch import PidfdWatcher
 from rl_daytona.types import SandboxLimits
 
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
@@ -160,7 +161,7 @@ def test_commands_are_waited_for_with_pidfds_on_any_loop_in_any_thread() -> None
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
-    assert type(asyncio.get_child_watcher()) is bw._PidfdWatcher
+    assert type(asyncio.get_child_watcher()) is PidfdWatcher
     assert results == {10: list(range(10, 18)), 40: list(range(40, 48))}
 
 

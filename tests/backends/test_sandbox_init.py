@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from rl_daytona.backends import bwrap as bw
+from rl_daytona.backends import sandbox_support as ss
 from rl_daytona.backends.local import LocalBackend
 
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
@@ -23,7 +24,7 @@ needs_cc = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc")
 def init(tmp_path_factory: pytest.TempPathFactory) -> str:
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler: sandboxes use the fallback chain")
-    built = bw.build_init(tmp_path_factory.mktemp("init"))
+    built = ss.build_init(tmp_path_factory.mktemp("init"))
     assert built is not None
     return built
 
@@ -80,7 +81,7 @@ def test_in_a_sandbox_it_is_pid_1_and_reaps_orphans(tmp_path: Path) -> None:
         return first.stdout, orphans.stdout
 
     cmdline, zombies = asyncio.run(go())
-    assert cmdline.startswith(f"{bw.INIT_PATH} -c=") and " -- sh -c " in cmdline
+    assert cmdline.startswith(f"{ss.INIT_PATH} -c=") and " -- sh -c " in cmdline
     assert zombies.strip() == "0", "every orphan that exited was reaped"
 
 
@@ -88,19 +89,19 @@ def test_without_a_compiler_there_is_no_helper_and_nothing_is_left(tmp_path: Pat
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.delenv("CC", raising=False)
-    assert bw.build_init(tmp_path) is None
+    assert ss.build_init(tmp_path) is None
     monkeypatch.setenv("CC", "/bin/false")
-    assert bw.build_init(tmp_path) is None
+    assert ss.build_init(tmp_path) is None
     assert list(tmp_path.iterdir()) == [], "no partial binary is left behind"
 
 
 def test_a_helper_that_cannot_run_a_sandbox_falls_back_to_the_chain(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    etc = bw.stage_etc(tmp_path)
+    etc = ss.stage_etc(tmp_path)
     monkeypatch.setattr(bw, "_smoke_results", {})
-    monkeypatch.setattr(bw, "host_support", lambda helper=True: bw.Support(etc, "/bin/false"))
+    monkeypatch.setattr(bw, "host_support", lambda helper=True: ss.Support(etc, "/bin/false"))
     backend = LocalBackend(tmp_path / "sb")
-    assert backend._support == bw.Support(etc, None)
+    assert backend._support == ss.Support(etc, None)
 
     async def go() -> str:
         box = await backend.create("run-1")
@@ -112,7 +113,7 @@ def test_a_helper_that_cannot_run_a_sandbox_falls_back_to_the_chain(tmp_path: Pa
 def test_the_staged_etc_is_named_by_content_and_made_once_under_a_race(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     made: list[Path] = []
-    threads = [threading.Thread(target=lambda: made.append(bw.stage_etc(tmp_path))) for _ in range(8)]
+    threads = [threading.Thread(target=lambda: made.append(ss.stage_etc(tmp_path))) for _ in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -122,6 +123,6 @@ def test_the_staged_etc_is_named_by_content_and_made_once_under_a_race(tmp_path:
     assert (etc / "passwd").read_text().splitlines()[1].startswith("sandbox:x:1000:1000:")
     assert (etc / "ld.so.cache").read_bytes() == Path("/etc/ld.so.cache").read_bytes()
     assert "shadow" not in {p.name for p in etc.iterdir()}
-    monkeypatch.setitem(bw._ETC_DATA, "hosts", b"127.0.0.1 localhost sandbox\n")
-    changed = bw.stage_etc(tmp_path)
+    monkeypatch.setitem(ss._ETC_DATA, "hosts", b"127.0.0.1 localhost sandbox\n")
+    changed = ss.stage_etc(tmp_path)
     assert changed != etc and (changed / "hosts").read_bytes() == b"127.0.0.1 localhost sandbox\n"
