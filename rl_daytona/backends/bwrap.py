@@ -1,8 +1,9 @@
 """Run one shell command under resource limits, optionally inside a bubblewrap sandbox.
 
-Invariant: a sandboxed command sees a read-only tmpfs root holding only /usr, the Python
-install, a curated handful of /etc files, private /dev, /proc and size-capped /tmp and
-/dev/shm, and `/workspace` as its only writable host path; it runs as uid 1000 (never host
+Invariant: a sandboxed command sees a read-only staged root (`sandbox_support.stage_root`)
+holding only /usr, the Python install, a curated handful of /etc files, private /dev (six
+nodes and its own ptys), /proc and size-capped /tmp and /dev/shm, and `/workspace` as its only
+writable host path; it runs as uid 1000 (never host
 root, so RLIMIT_NPROC binds, counted per command) in fresh user, pid, net, ipc, uts and cgroup
 namespaces with a clean environment and no capabilities, and it dies with its bwrap.
 Its pid 1 is the compiled `sandbox_init.c` helper (limits, user drop, reaping: one exec), or,
@@ -27,7 +28,7 @@ import sys
 import tempfile
 import time
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Awaitable, Callable, Mapping
 
@@ -42,7 +43,6 @@ _PID1 = ["sh", "-c", '"$@"; exit $?', "sh"]  # pid 1 forks the command; its CPU 
 OUTPUT_KILL_FACTOR = 16  # a command producing 16x the output cap is killed (limit "output")
 _DRAIN_GRACE = 1.0  # seconds to wait for pipes after the command exited
 _EXIT_GRACE = 5.0  # seconds to wait for a SIGKILLed process to be reaped
-_HAS_LIB64 = os.path.isdir("/usr/lib64")
 _CHILD_PID = re.compile(rb'"child-pid":\s*(\d+)\s*[,}]')
 _smoke_results: dict[tuple[str, "PythonLayout", bool], tuple["Support", str | None]] = {}
 
@@ -97,10 +97,11 @@ def clean_env(path: str, home: str, extra: Mapping[str, str] | None) -> dict[str
     return env
 
 
-def init_args(limits: SandboxLimits, *, switch_user: bool) -> list[str]:
-    """The helper's command line up to `--`: every limit, and the drop to 1000 as root."""
+def init_args(limits: SandboxLimits, *, switch_user: bool, devpts: bool = False) -> list[str]:
+    """The helper's command line up to `--`: every limit, the drop to 1000 as root, and the
+    private devpts a staged /dev needs."""
     args = [INIT_PATH, *(f"-{name[0]}={soft}:{hard}" for name, _, soft, hard in _limit_pairs(limits, nproc=True))]
-    return [*args, "-u=1000:1000", "--"] if switch_user else [*args, "--"]
+    return [*args, *(["-u=1000:1000"] if switch_user else []), *(["-t"] if devpts else []), "--"]
 
 
 def bwrap_argv(bwrap: str, view: WorkspaceView, python: PythonLayout, limits: SandboxLimits, *,
@@ -109,41 +110,38 @@ def bwrap_argv(bwrap: str, view: WorkspaceView, python: PythonLayout, limits: Sa
     """The full bwrap command line for `command` (see the module invariant). With the helper
     it runs the limits itself; without it the caller adds the prlimit prefix (`run_limited`)."""
     argv = [bwrap, "--unshare-all", "--as-pid-1", "--hostname", "sandbox", "--die-with-parent",
-            "--new-session", "--clearenv", *launch.user_args()]
+            "--new-session", "--clearenv", *launch.user_args(devpts=support.staged_dev)]
     for key, value in env.items():
         argv += ["--setenv", key, value]
-    argv += ["--tmpfs", "/", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
-             "--symlink", "usr/sbin", "/sbin", "--symlink", "usr/lib", "/lib"]
-    if _HAS_LIB64:
-        argv += ["--symlink", "usr/lib64", "/lib64"]
+    mount_points = (*python.prefixes, *(dest for _, dest in view.extra_binds))
     tmp_bytes = str(limits.workspace_mb * _MB)
-    # /tmp first: a Python prefix under the host's /tmp (a CI clone) is bound on top of it
-    argv += ["--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp"]
-    argv += _parent_dirs([*python.prefixes, *(d for _, d in view.extra_binds)])
+    argv += ["--ro-bind", str(support.root(mount_points)), "/", "--ro-bind", "/usr", "/usr",
+             "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp"]
+    argv += _dirs_under_tmp(mount_points)  # e.g. a CI clone's venv: bound on top of /tmp
     for prefix in python.prefixes:
         argv += ["--ro-bind", prefix, prefix]
-    argv += ["--ro-bind", str(support.etc), "/etc"]
-    if support.init is not None:
-        argv += ["--ro-bind", support.init, INIT_PATH]
-    argv += ["--dev", "/dev", "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/dev/shm",
-             "--proc", "/proc"]
+    # the staged nodes, bound with devices allowed (read-only would also mean nodev): the
+    # directory is host root's, so the sandbox user cannot change it
+    argv += ["--dev-bind", f"{support.root(mount_points)}/dev", "/dev"] if support.staged_dev \
+        else ["--dev", "/dev"]
+    argv += ["--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/dev/shm", "--proc", "/proc"]
     argv += _workspace_args(view)
-    argv += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", cwd]
+    if not support.staged_dev:
+        argv += ["--remount-ro", "/dev"]
+    argv += ["--chdir", cwd]
     if support.init is not None:
-        return argv + init_args(limits, switch_user=launch.host_id is not None) + command
+        return argv + init_args(limits, switch_user=launch.host_id is not None,
+                                devpts=support.staged_dev) + command
     return argv + launch.drop_to_sandbox_user() + _PID1 + command
 
 
-def _parent_dirs(paths: list[str]) -> list[str]:
-    """World-readable parents for bind targets (bwrap would copy e.g. /root's mode 700)."""
-    return list(_parent_dir_args(tuple(paths)))
-
-
 @functools.lru_cache(maxsize=256)
-def _parent_dir_args(paths: tuple[str, ...]) -> tuple[str, ...]:
-    parents = sorted({str(p) for path in paths for p in Path(path).parents if str(p) != "/"},
-                     key=len)
-    return tuple(a for parent in parents for a in ("--perms", "0755", "--dir", parent))
+def _dirs_under_tmp(paths: tuple[str, ...]) -> tuple[str, ...]:
+    """World-readable directories on the per-command /tmp for bind targets under it (the
+    staged root holds every other mount point; bwrap would copy e.g. /root's mode 700)."""
+    under = sorted({str(p) for path in paths for p in (Path(path), *Path(path).parents)
+                    if str(p).startswith("/tmp/")}, key=len)
+    return tuple(a for path in under for a in ("--perms", "0755", "--dir", path))
 
 
 def _workspace_args(view: WorkspaceView) -> list[str]:
@@ -193,11 +191,14 @@ class Launch:
         self._own += [read_end, write_end]
         return read_end, write_end
 
-    def user_args(self) -> list[str]:
+    def user_args(self, devpts: bool = False) -> list[str]:
+        """bwrap's user-namespace options; `devpts`: pid 1 also keeps CAP_SYS_ADMIN (in the
+        sandbox's namespaces only) to mount its devpts, then drops it with the rest."""
         if self.host_id is None:
             return ["--unshare-user", "--disable-userns", "--uid", "1000", "--gid", "1000"]
         return ["--unshare-user", "--info-fd", str(self._info_w), "--userns-block-fd",
-                str(self._block_r), "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+                str(self._block_r), "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
+                *(["--cap-add", "CAP_SYS_ADMIN"] if devpts else [])]
 
     def drop_to_sandbox_user(self) -> list[str]:
         """setpriv's drop to 1000; it also sets again the parent-death signal the uid switch
@@ -278,16 +279,19 @@ async def _read_until_eof(fd: int) -> bytes:
 
 
 def check_bwrap(bwrap: str, python: PythonLayout, *, helper: bool = True) -> Support:
-    """The support sandboxes run with here: the helper when a sandbox runs with it, else the
-    prlimit/setpriv/sh chain; IsolationUnavailableError when bwrap cannot run a sandbox
-    (plain and overlay) either way. Cached per process."""
+    """The support sandboxes run with here, the first that runs a sandbox (plain and overlay,
+    /dev/null and a pty usable): the helper with the staged /dev, the helper with bwrap's
+    `--dev`, the prlimit/setpriv/sh chain; IsolationUnavailableError when none does.
+    Cached per process."""
     key = (bwrap, python, helper)
     if key not in _smoke_results:
-        support = host_support(helper)
-        error = _smoke_test(bwrap, python, support)
-        if error is not None and support.init is not None:
-            fallback = Support(support.etc, None)
-            if _smoke_test(bwrap, python, fallback) is None:
+        best = host_support(helper)
+        fallbacks = [replace(best, devices=False), Support(best.etc, None)]
+        support, error = best, _smoke_test(bwrap, python, best)
+        for fallback in fallbacks:
+            if error is None:
+                break
+            if fallback != support and _smoke_test(bwrap, python, fallback) is None:
                 support, error = fallback, None
         _smoke_results[key] = (support, error)
     support, error = _smoke_results[key]
@@ -306,7 +310,7 @@ def _smoke_test(bwrap: str, python: PythonLayout, support: Support) -> str | Non
             if launch.host_id is not None:
                 os.chown(path, launch.host_id, launch.host_id)
         argv = bwrap_argv(bwrap, view, python, SandboxLimits(), env={}, cwd=WORKSPACE,
-                          launch=launch, command=["touch", f"{WORKSPACE}/ok"], support=support)
+                          launch=launch, command=["sh", "-c", _SMOKE_COMMAND], support=support)
         try:
             proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                     pass_fds=launch.pass_fds, env={}, text=True)
@@ -318,6 +322,9 @@ def _smoke_test(bwrap: str, python: PythonLayout, support: Support) -> str | Non
         if proc.returncode == 0 and Path(tmp, "upper", "ok").exists():
             return None
     return stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {proc.returncode}"
+
+
+_SMOKE_COMMAND = f": >/dev/null && test -c /dev/pts/ptmx && touch {WORKSPACE}/ok"
 
 
 Watcher = Callable[[Callable[[], None]], Awaitable[None]]  # given the kill; runs beside a command

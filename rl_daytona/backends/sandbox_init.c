@@ -4,8 +4,10 @@
  * status (128 + signal when killed, like sh). One small exec instead of the fallback's three
  * (util-linux prlimit, setpriv and a pid-1 sh), which cost ~3 ms of CPU per command.
  *
- * usage: init [-c|-a|-f|-n=SOFT:HARD ...] [-u=UID:GID] -- COMMAND [ARG ...]
- *   c: RLIMIT_CPU, a: RLIMIT_AS, f: RLIMIT_FSIZE, n: RLIMIT_NPROC, u: switch to UID:GID
+ * usage: init [-c|-a|-f|-n=SOFT:HARD ...] [-u=UID:GID] [-t] -- COMMAND [ARG ...]
+ *   c: RLIMIT_CPU, a: RLIMIT_AS, f: RLIMIT_FSIZE, n: RLIMIT_NPROC, u: switch to UID:GID,
+ *   t: mount a private devpts on /dev/pts first (a staged /dev of bound device nodes has no
+ *      ptys of its own; needs CAP_SYS_ADMIN in the sandbox's user namespace, dropped after)
  * Exit 125 with one line on stderr when it cannot set the sandbox up (nothing then runs);
  * 127/126 when the command is missing/not executable.
  */
@@ -17,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -30,7 +33,7 @@ static void fail(const char *what) {
 }
 
 static void usage(const char *arg) {
-    fprintf(stderr, "sandbox init: bad argument %s (usage: init [-c|-a|-f|-n|-u=A:B ...] -- COMMAND)\n", arg);
+    fprintf(stderr, "sandbox init: bad argument %s (usage: init [-c|-a|-f|-n|-u=A:B ...] [-t] -- COMMAND)\n", arg);
     _exit(125);
 }
 
@@ -56,6 +59,12 @@ int main(int argc, char **argv) {
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         const char *arg = argv[i];
         char *end;
+        if (strcmp(arg, "-t") == 0) {
+            if (mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+                      "newinstance,ptmxmode=0666,mode=620") != 0)
+                fail("mount /dev/pts");
+            continue;
+        }
         if (arg[0] != '-' || arg[1] == '\0' || arg[2] != '=') usage(arg);
         errno = 0;
         unsigned long long first = strtoull(arg + 3, &end, 10);

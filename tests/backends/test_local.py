@@ -15,6 +15,7 @@ import pytest
 from rl_daytona.backends.base import (
     Backend, IsolationUnavailableError, SandboxError, SandboxHandle,
 )
+from rl_daytona.backends import sandbox_support as ss
 from rl_daytona.backends.local import LocalBackend
 from rl_daytona.types import SandboxLimits
 
@@ -33,7 +34,19 @@ def backend(tmp_path: Path, request: pytest.FixtureRequest) -> LocalBackend:
     that machines without a C compiler get."""
     made = LocalBackend(tmp_path / "sandboxes", limits=LIMITS, pid1_helper=request.param)
     assert (made._support is not None and made._support.init is not None) == request.param, made._support
+    # where this user may make device nodes (root), the helper's sandboxes use the staged /dev
+    assert made._support.staged_dev == (request.param and ss.can_make_devices(tmp_path)), made._support
     return made
+
+
+def _tree(root: Path) -> list[tuple[str, int, int]]:
+    """Every path under `root` with its mode and size (what a sandbox could have changed)."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            info = os.lstat(os.path.join(folder, name))
+            found.append((os.path.relpath(os.path.join(folder, name), root), info.st_mode, info.st_size))
+    return sorted(found)
 
 
 async def _sandbox(backend: LocalBackend, files: dict[str, str] | None = None) -> SandboxHandle:
@@ -144,14 +157,33 @@ def test_nothing_is_written_outside_the_workspace(backend: LocalBackend, tmp_pat
     attempts = [f"/etc/{marker}", f"/usr/{marker}", f"/{marker}", f"/root/{marker}",
                 f"/tmp/{marker}", str(host_target), f"/dev/{marker}"]
 
+    staged = backend._support.root(backend._python.prefixes)  # the sandbox's / on the host
+    before = _tree(staged)
+
     async def go() -> None:
         box = await _sandbox(backend)
-        for path in attempts:
-            await backend.exec(box, f"mkdir -p $(dirname {path}); echo x > {path}")
+        for path in attempts + ["/dev/shm/../x", "/dev/pts/x", "/init", "/etc/passwd", "/dev/null/x"]:
+            await backend.exec(box, f"mkdir -p $(dirname {path}); echo x > {path}; chmod 777 {path}")
     run(go())
     assert not host_target.exists()
     for path in attempts[:5]:
         assert not os.path.exists(path), path
+    assert _tree(staged) == before, "the staged root is unchanged"
+
+
+def test_dev_has_working_nodes_and_private_ptys(backend: LocalBackend) -> None:
+    async def go() -> None:
+        box = await _sandbox(backend)
+        nodes = await backend.exec(box, "echo x > /dev/null && head -c 5 /dev/urandom | wc -c && "
+                                        "head -c 3 /dev/zero | wc -c && ls /dev/pts")
+        assert nodes.exit_code == 0, nodes.stderr
+        assert nodes.stdout.split() == ["5", "3", "ptmx"], "no host pty is visible"
+        pty = await backend.exec(box, "python -c 'import os, pty; m, s = pty.openpty(); os.write(m, b\"hi\\n\"); "
+                                      "print(os.ttyname(s), os.read(s, 3))'")
+        assert pty.stdout.split() == ["/dev/pts/0", "b'hi\\n'"], pty.stderr
+        shm = await backend.exec(box, "python -c 'import multiprocessing as m; m.Lock(); print(1)'")
+        assert shm.stdout == "1\n", shm.stderr
+    run(go())
 
 
 def test_host_secrets_and_files_are_invisible(backend: LocalBackend, tmp_path: Path,

@@ -1,11 +1,14 @@
-"""The local sandbox's pid-1 helper (`sandbox_init.c`) and the staged /etc: the helper run
-directly (limits, exit statuses, bad arguments), inside a sandbox (it reaps orphans), built
-or not built, and a broken helper making the backend fall back to the prlimit/setpriv/sh chain."""
+"""The local sandbox's pid-1 helper (`sandbox_init.c`), the staged /etc and the staged root:
+the helper run directly (limits, exit statuses, bad arguments), inside a sandbox (it reaps
+orphans), built or not built, a broken helper making the backend fall back to the
+prlimit/setpriv/sh chain, and unusable staged device nodes to bwrap's own /dev."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import stat
 import subprocess
 import threading
 from pathlib import Path
@@ -126,3 +129,52 @@ def test_the_staged_etc_is_named_by_content_and_made_once_under_a_race(tmp_path:
     monkeypatch.setitem(ss._ETC_DATA, "hosts", b"127.0.0.1 localhost sandbox\n")
     changed = ss.stage_etc(tmp_path)
     assert changed != etc and (changed / "hosts").read_bytes() == b"127.0.0.1 localhost sandbox\n"
+
+
+def test_the_staged_root_holds_the_mount_points_and_is_named_by_content(tmp_path: Path) -> None:
+    support = ss.Support(ss.stage_etc(tmp_path), None)
+    root = ss.stage_root(tmp_path, support, ("/opt/py/3.11", "/tmp/clone/.venv", "/flatten"))
+    assert (root / "etc" / "passwd").read_bytes() == (support.etc / "passwd").read_bytes()
+    assert os.readlink(root / "bin") == "usr/bin" and not (root / "init").exists()
+    for folder in ("usr", "tmp", "proc", "workspace", "dev", "opt", "opt/py", "opt/py/3.11", "flatten"):
+        assert (root / folder).is_dir() and (root / folder).stat().st_mode & 0o7777 == 0o755, folder
+    assert not (root / "tmp" / "clone").exists(), "mount points under /tmp are made on its tmpfs"
+    assert os.listdir(root / "dev") == [], "no nodes without the helper"
+    again = ss.stage_root(tmp_path, support, ("/flatten", "/opt/py/3.11"))
+    assert again == root, "the same mount points (those under /tmp aside) make the same root"
+    other = ss.stage_root(tmp_path, support, ("/opt/py/3.12",))
+    assert other != root and (other / "opt/py/3.12").is_dir() and not (other / "flatten").exists()
+
+
+@pytest.mark.skipif(not ss.can_make_devices(Path(ss.cache_dir())), reason="this user cannot make device nodes")
+def test_a_staged_root_with_devices_has_the_six_nodes(tmp_path: Path, init: str) -> None:
+    support = ss.Support(ss.stage_etc(tmp_path), init, devices=True)
+    dev = ss.stage_root(tmp_path, support, ()) / "dev"
+    nodes = {p.name: (os.major(p.stat().st_rdev), os.minor(p.stat().st_rdev), p.stat().st_mode & 0o777)
+             for p in dev.iterdir() if stat.S_ISCHR(p.lstat().st_mode)}
+    assert nodes == {"null": (1, 3, 0o666), "zero": (1, 5, 0o666), "full": (1, 7, 0o666),
+                     "random": (1, 8, 0o666), "urandom": (1, 9, 0o666), "tty": (5, 0, 0o666)}
+    assert os.readlink(dev / "ptmx") == "pts/ptmx" and (dev / "pts").is_dir() and (dev / "shm").is_dir()
+    assert (dev.parent / "init").read_bytes() == Path(init).read_bytes()
+
+
+@pytest.mark.skipif(not ss.can_make_devices(Path(ss.cache_dir())), reason="this user cannot make device nodes")
+def test_unusable_staged_nodes_fall_back_to_bwraps_dev(tmp_path: Path, init: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    etc = ss.stage_etc(tmp_path)
+    monkeypatch.setattr(ss, "_fill_dev", lambda dev: None)  # a /dev without its nodes
+    monkeypatch.setattr(ss, "cache_dir", lambda: tmp_path)
+    ss._staged_root.cache_clear()
+    monkeypatch.setattr(bw, "_smoke_results", {})
+    monkeypatch.setattr(bw, "host_support", lambda helper=True: ss.Support(etc, init, devices=True))
+    try:
+        backend = LocalBackend(tmp_path / "sb")
+        assert backend._support == ss.Support(etc, init, devices=False)
+
+        async def go() -> str:
+            box = await backend.create("run-1")
+            return (await backend.exec(box, "echo x > /dev/null && id -u && ls /dev/pts")).stdout
+
+        assert asyncio.run(go()).split() == ["1000", "ptmx"]
+    finally:
+        ss._staged_root.cache_clear()
