@@ -22,27 +22,22 @@ import os
 import re
 import resource
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
-from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Awaitable, Callable, Mapping
 
 from rl_daytona.backends.base import WORKSPACE, IsolationUnavailableError
-from rl_daytona.backends.child_watch import use_pidfd_children
+from rl_daytona.backends import supervise as sv
 from rl_daytona.backends.sandbox_support import INIT_PATH, Support, host_support
+from rl_daytona.backends.supervise import RunOutcome
 from rl_daytona.types import SandboxLimits
 
 _MB = 1024 * 1024
 HOST_ID = 1_000_000  # as root: the host uid/gid of sandbox processes (never root: NPROC)
 _PID1 = ["sh", "-c", '"$@"; exit $?', "sh"]  # pid 1 forks the command; its CPU time reaches us
-OUTPUT_KILL_FACTOR = 16  # a command producing 16x the output cap is killed (limit "output")
-_DRAIN_GRACE = 1.0  # seconds to wait for pipes after the command exited
-_EXIT_GRACE = 5.0  # seconds to wait for a SIGKILLed process to be reaped
 _CHILD_PID = re.compile(rb'"child-pid":\s*(\d+)\s*[,}]')
 _smoke_results: dict[tuple[str, "PythonLayout", bool], tuple["Support", str | None]] = {}
 
@@ -235,9 +230,14 @@ class Launch:
         found = _CHILD_PID.search(info)
         if found:
             pid = self.child_pid = int(found.group(1))
+            line = f"0 0 1\n1000 {self.host_id} 1\n".encode()
             try:
                 for name in ("uid_map", "gid_map"):
-                    Path(f"/proc/{pid}/{name}").write_text(f"0 0 1\n1000 {self.host_id} 1\n")
+                    fd = os.open(f"/proc/{pid}/{name}", os.O_WRONLY | os.O_CLOEXEC)
+                    try:
+                        os.write(fd, line)
+                    finally:
+                        os.close(fd)
             except (FileNotFoundError, ProcessLookupError):
                 pass  # the sandbox died with its bwrap before we got here
         self._close(self._block_w)  # EOF on the block fd releases bwrap
@@ -330,19 +330,6 @@ _SMOKE_COMMAND = f": >/dev/null && test -c /dev/pts/ptmx && touch {WORKSPACE}/ok
 Watcher = Callable[[Callable[[], None]], Awaitable[None]]  # given the kill; runs beside a command
 
 
-@dataclass(frozen=True)
-class RunOutcome:
-    """What one process did; stdout/stderr are already capped."""
-
-    returncode: int
-    stdout: bytes
-    stderr: bytes
-    seconds: float
-    timed_out: bool = False
-    output_truncated: bool = False
-    output_killed: bool = False
-
-
 def _limit_pairs(limits: SandboxLimits, *, nproc: bool) -> list[tuple[str, int, int, int]]:
     """(prlimit option, resource, soft, hard) for every limit a command runs under."""
     cpu = limits.cpu_seconds
@@ -386,25 +373,6 @@ def find_prlimit() -> str | None:
 _PRLIMIT = find_prlimit()
 
 
-class _Capture:
-    """Keeps the first `cap` bytes of each stream; asks for a kill past the kill threshold."""
-
-    def __init__(self, cap: int, kill: Callable[[], None]) -> None:
-        self.cap, self.kill = cap, kill
-        self.kept = (bytearray(), bytearray())
-        self.seen = 0
-        self.truncated = self.killed = False
-
-    def take(self, index: int, chunk: bytes) -> None:
-        self.seen += len(chunk)
-        room = self.cap - len(self.kept[index])
-        self.kept[index].extend(chunk[:max(room, 0)])
-        self.truncated |= len(chunk) > room
-        if self.seen > OUTPUT_KILL_FACTOR * self.cap and not self.killed:
-            self.killed = True
-            self.kill()
-
-
 async def run_limited(argv: list[str], *, limits: SandboxLimits, timeout: float,
                       stdin: bytes | None, output_cap: int, env: Mapping[str, str],
                       cwd: str | None = None,
@@ -413,171 +381,37 @@ async def run_limited(argv: list[str], *, limits: SandboxLimits, timeout: float,
                       limits_inside: bool = False) -> RunOutcome:
     """Run `argv` in its own session under the limits (set by `argv` itself when
     `limits_inside`: the sandbox's helper); kill it all at the deadline."""
-    use_pidfd_children()
-    started = time.monotonic()
     prefix = [] if limits_inside else limit_prefix(limits, nproc=nproc, prlimit=_PRLIMIT)
     setter = None if limits_inside or prefix else limit_setter(limits, nproc=nproc)
-    proc = await asyncio.create_subprocess_exec(
-        *prefix, *argv, stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(env), cwd=cwd,
-        pass_fds=launch.pass_fds if launch else (), start_new_session=True,
-        preexec_fn=setter)
+    run = sv.start([*prefix, *argv], stdin=stdin, output_cap=output_cap, env=env, cwd=cwd,
+                   pass_fds=launch.pass_fds if launch else (), preexec_fn=setter)
     if running is not None:
-        running.add(proc.pid)
+        running.add(run.pid)
     try:
         if launch is not None:
+            run.escaped_pid = lambda: launch.child_pid
             launch.spawned()
-            await _handshake(launch, proc)
-        return await _supervise(proc, started, timeout, stdin, output_cap, launch, watch)
+            await _handshake(launch, run)
+        watching = asyncio.ensure_future(watch(run.kill_all)) if watch else None
+        try:
+            return await run.outcome(timeout)
+        finally:
+            if watching is not None:
+                watching.cancel()  # done by now, or waiting on its next scan: nothing to await
     finally:
         if running is not None:
-            running.discard(proc.pid)
+            running.discard(run.pid)
 
 
-async def _handshake(launch: Launch, proc: asyncio.subprocess.Process) -> None:
+async def _handshake(launch: Launch, run: sv.Supervised) -> None:
     try:
         await launch.handshake()
-    except (OSError, ValueError, KeyError, TimeoutError) as exc:
-        kill_now(proc.pid)
-        _kill_escaped(launch.child_pid)
-        await _exited(proc, _EXIT_GRACE)
-        raise OSError(f"bwrap user-namespace handshake failed: {exc!r}") from exc
-
-
-async def _supervise(proc: asyncio.subprocess.Process, started: float, timeout: float,
-                     stdin: bytes | None, output_cap: int, launch: Launch | None = None,
-                     watch: Watcher | None = None) -> RunOutcome:
-    def kill_all() -> None:
-        kill_now(proc.pid)
-        _kill_escaped(launch.child_pid if launch else None)
-
-    watching = asyncio.ensure_future(watch(kill_all)) if watch else None
-    try:
-        return await _await_exit(proc, started, timeout, stdin, output_cap, launch, kill_all)
-    finally:
-        if watching is not None:
-            watching.cancel()  # done by now, or waiting on its next scan: nothing to await
-
-
-async def _await_exit(proc: asyncio.subprocess.Process, started: float, timeout: float,
-                      stdin: bytes | None, output_cap: int, launch: Launch | None,
-                      kill_all: Callable[[], None]) -> RunOutcome:
-    capture = _Capture(output_cap, kill_all)
-    pumps = asyncio.gather(_drain(proc.stdout, 0, capture), _drain(proc.stderr, 1, capture),
-                           _feed(proc.stdin, stdin))
-    timed_out = False
-    try:
-        await asyncio.wait_for(proc.wait(), timeout)
-    except asyncio.CancelledError:  # the caller's deadline: the command must not outlive it
-        kill_all()
-        pumps.cancel()
-        pumps.add_done_callback(_retrieve)  # nobody awaits it now: no "never retrieved" log
-        _close_transport(proc)
+    except asyncio.CancelledError:
+        run.kill_all()
+        run.close_pipes()
         raise
-    except TimeoutError:
-        # on 3.11 `wait()` also waits for the pipes: the command itself may have exited already
-        timed_out = proc.returncode is None
-        if timed_out:
-            await _kill_tree(proc)
-        _kill_escaped(launch.child_pid if launch else None)
-    seconds = time.monotonic() - started
-    try:
-        await asyncio.wait_for(asyncio.shield(pumps), _DRAIN_GRACE)
-    except TimeoutError:  # something that outlived the command still holds the pipes
-        kill_all()
-        pumps.cancel()
-        _close_transport(proc)
-        try:
-            await pumps
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise  # our caller's deadline, not the pumps we just cancelled: pass it on
-    return RunOutcome(124 if timed_out else proc.returncode, bytes(capture.kept[0]),
-                      bytes(capture.kept[1]), seconds, timed_out, capture.truncated,
-                      capture.killed)
-
-
-def _retrieve(future: asyncio.Future[object]) -> None:
-    """Mark a dropped future's outcome as seen (its cancellation is expected)."""
-    if not future.cancelled():
-        future.exception()
-
-
-async def _drain(stream: asyncio.StreamReader | None, index: int, capture: _Capture) -> None:
-    while stream is not None and (chunk := await stream.read(65536)):
-        capture.take(index, chunk)
-
-
-async def _feed(stream: asyncio.StreamWriter | None, data: bytes | None) -> None:
-    if stream is None:
-        return
-    with suppress(BrokenPipeError, ConnectionResetError):
-        stream.write(data or b"")
-        await stream.drain()
-        stream.close()
-
-
-async def _kill_tree(proc: asyncio.subprocess.Process) -> None:
-    """Kill the children first so bwrap reaps them (their CPU time reaches us), then all."""
-    _kill_children(proc.pid)
-    if not await _exited(proc, 1.0):
-        kill_now(proc.pid)
-        await _exited(proc, _EXIT_GRACE)
-
-
-def _close_transport(proc: asyncio.subprocess.Process) -> None:
-    """Close our ends of the pipes now: left to the garbage collector, an open subprocess
-    transport complains from `__del__` after its loop has closed."""
-    transport = getattr(proc, "_transport", None)
-    if transport is not None:
-        transport.close()
-
-
-async def _exited(proc: asyncio.subprocess.Process, timeout: float) -> bool:
-    """Wait (bounded) for the process itself to exit. Not `proc.wait()`: on Python 3.11 that
-    also waits for every pipe to close, and a process that escaped the group (a sandbox's pid 1
-    whose bwrap parent was killed) can hold them for ever."""
-    deadline = time.monotonic() + timeout
-    while proc.returncode is None:
-        if time.monotonic() >= deadline:
-            return False
-        await asyncio.sleep(0.02)
-    return True
-
-
-def _kill_escaped(pid: int | None) -> None:
-    """SIGKILL a sandbox's pid 1 if it outlived its bwrap (it is in its own session, and the
-    kernel drops its parent-death signal when it changes credentials); its pid namespace, and
-    every process in it, dies with it. Only a process that is still pid 1 of a pid namespace
-    of its own is touched (not whatever later reused the pid)."""
-    if pid is None or not _is_namespace_init(pid):
-        return
-    with suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signal.SIGKILL)
-
-
-def _is_namespace_init(pid: int) -> bool:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
-    return len(nspid) >= 2 and nspid[-1] == "1"
-
-
-def _kill_children(pid: int) -> None:
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        children = []
-    for child in children:
-        with suppress(ProcessLookupError, PermissionError):
-            os.kill(int(child), signal.SIGKILL)
-
-
-def kill_now(pid: int) -> None:
-    """SIGKILL the process group led by `pid` (a bwrap: its pid namespace dies with it)."""
-    _kill_children(pid)
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+    except (OSError, ValueError, KeyError, TimeoutError) as exc:
+        run.kill_all()
+        await run.wait_exit(sv.EXIT_GRACE)
+        run.close_pipes()
+        raise OSError(f"bwrap user-namespace handshake failed: {exc!r}") from exc

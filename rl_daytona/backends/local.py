@@ -11,7 +11,7 @@ Layout and the fork scheme (layered copy-on-write, like container images):
     root/<id>/upper/      the writable top layer; with no layers it is bind-mounted as-is
     root/<id>/work/       overlayfs work dir (only once the sandbox has layers)
     root/_layers/<lid>/   frozen, read-only layers shared by any number of sandboxes
-    root/_spare/<x>/      a deleted sandbox's emptied folder (an empty meta.json, no upper)
+    root/_spare/<x>/      a deleted sandbox's emptied folder (an empty meta.json, a new empty upper)
 
 `fork(parent)` freezes the parent's upper: it is renamed to `_layers/<lid>` and appended to
 the parent's layers; the parent gets a fresh empty upper and the child gets the same layers
@@ -22,7 +22,7 @@ would grow too long `fork` first flattens the parent into one new layer (`cp -a`
 Fork an idle sandbox: a command (or write) still running in the parent while it is forked may
 land in the layer being frozen, or be dropped by a flatten. `delete` renames the sandbox into `root/_trash-*`, moves layers no meta
 names any more into it (under a flock on root), then, off the event loop, empties it and keeps
-it (folder and meta.json only) in `root/_spare/` for the next `create` (see `_recycle`).
+it (folder, meta.json and a new empty upper) in `root/_spare/` for the next `create` (see `_recycle`).
 
 Host-side file access: without layers `write_files`/`read_file` work on the upper directly
 (`host_files.py`), resolving each component with O_NOFOLLOW (symlinks are followed by hand and
@@ -71,6 +71,7 @@ from typing import Iterator, Mapping
 from rl_daytona.backends import bwrap as bw
 from rl_daytona.backends import disk_quota as dq
 from rl_daytona.backends import host_files as hf
+from rl_daytona.backends import supervise as sv
 from rl_daytona.backends.base import (
     WORKSPACE, ExecResult, IsolationUnavailableError, SandboxError, SandboxHandle,
 )
@@ -160,7 +161,7 @@ class LocalBackend:
 
     async def delete(self, sandbox: SandboxHandle) -> None:
         for pid in list(self._running.get(sandbox.sandbox_id, ())):
-            bw.kill_now(pid)
+            sv.kill_now(pid)
         trash = self.root / f"_trash-{uuid.uuid4().hex}"
         with self._locked():
             try:
@@ -215,7 +216,7 @@ class LocalBackend:
     async def _run(self, meta: _Meta, command: list[str], *, timeout: float, cwd: str,
                    stdin: bytes | None, env: Mapping[str, str] | None, cap: int,
                    view: bw.WorkspaceView | None = None,
-                   watch: bw.Watcher | None = None) -> bw.RunOutcome:
+                   watch: bw.Watcher | None = None) -> sv.RunOutcome:
         cwd = posixpath.normpath(posixpath.join(WORKSPACE, cwd))
         running = self._running.setdefault(meta.sandbox_id, set())
         try:
@@ -240,7 +241,7 @@ class LocalBackend:
 
     async def _run_unisolated(self, meta: _Meta, command: list[str], timeout: float, cwd: str,
                               stdin: bytes | None, env: Mapping[str, str] | None, cap: int,
-                              running: set[int], watch: bw.Watcher | None) -> bw.RunOutcome:
+                              running: set[int], watch: bw.Watcher | None) -> sv.RunOutcome:
         upper = self._upper(meta.sandbox_id)
         if cwd != WORKSPACE and not cwd.startswith(WORKSPACE + "/"):
             raise ValueError(f"isolation=none runs only under {WORKSPACE}, not in {cwd!r}")
@@ -323,9 +324,11 @@ class LocalBackend:
         or half-written takes it for half-created, as it does a folder without one."""
         base = self._dir(meta.sandbox_id)
         try:
-            if not self._take_spare(base):
+            spare = self._take_spare(base)
+            if not spare:
                 os.mkdir(base)
-            self._mkdir_owned(base / "upper")
+            if not spare or not os.path.isdir(base / "upper"):  # (spares carry a new one)
+                self._mkdir_owned(base / "upper")
             with open(base / "meta.json", "w", encoding="utf-8") as out:
                 out.write(meta.to_json())
         except OSError as exc:
@@ -353,8 +356,8 @@ class LocalBackend:
         of sandboxes: ext4 skips recently freed ones). Its upper is never reused: a process of
         the old sandbox still alive somewhere (another process's command, an escaped pid 1)
         would write into the next one's workspace, so it is removed with everything else and
-        the next create makes a new one. A folder whose meta.json is not a plain file, or one
-        more than `_MAX_SPARES`, is removed instead."""
+        a new empty one made here (off the create's path). A folder whose meta.json is not a
+        plain file, or one more than `_MAX_SPARES`, is removed instead."""
         meta = trash / "meta.json"
         try:
             for entry in os.scandir(trash):
@@ -363,6 +366,7 @@ class LocalBackend:
             if (meta.is_file() and not meta.is_symlink()
                     and len(os.listdir(self.root / SPARES)) < _MAX_SPARES):
                 os.truncate(meta, 0)
+                self._mkdir_owned(trash / "upper")
                 os.rename(trash, self.root / SPARES / uuid.uuid4().hex)
                 return
         except OSError:
@@ -451,7 +455,7 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _limit_hit(out: bw.RunOutcome) -> str | None:
+def _limit_hit(out: sv.RunOutcome) -> str | None:
     """Best-effort name of the limit a command ran into."""
     code, err = out.returncode, out.stderr
     if any(marker in err for marker in _FORK_MARKERS):

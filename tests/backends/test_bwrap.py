@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from rl_daytona.backends import bwrap as bw
-from rl_daytona.backends.child_watch import PidfdWatcher
+from rl_daytona.backends import supervise as sv
 from rl_daytona.types import SandboxLimits
 
 ENV = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
@@ -32,8 +32,8 @@ def _kill_marker(marker: str) -> None:
     subprocess.run(["pkill", "-f", f"sleep {marker}"], check=False)
 
 
-def _run(argv: list[str], timeout: float) -> tuple[bw.RunOutcome, float]:
-    async def go() -> bw.RunOutcome:
+def _run(argv: list[str], timeout: float) -> tuple[sv.RunOutcome, float]:
+    async def go() -> sv.RunOutcome:
         return await bw.run_limited(argv, limits=SandboxLimits(), timeout=timeout, stdin=None,
                                     output_cap=4096, env=ENV, nproc=False)
 
@@ -42,7 +42,7 @@ def _run(argv: list[str], timeout: float) -> tuple[bw.RunOutcome, float]:
     return outcome, time.monotonic() - started
 
 
-def _run_escaper(tail: str, timeout: float) -> tuple[bw.RunOutcome, float]:
+def _run_escaper(tail: str, timeout: float) -> tuple[sv.RunOutcome, float]:
     argv, marker = _escaper(tail)
     try:
         return _run(argv, timeout)
@@ -65,15 +65,15 @@ def test_a_finished_command_whose_pipes_stay_open_is_not_called_timed_out() -> N
 
 
 def test_kill_escaped_touches_only_a_pid_namespace_init() -> None:
-    bw._kill_escaped(None)  # nothing recorded: nothing to do
+    sv.kill_escaped(None)  # nothing recorded: nothing to do
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        bw._kill_escaped(proc.pid)  # an ordinary process (a reused pid): left alone
+        sv.kill_escaped(proc.pid)  # an ordinary process (a reused pid): left alone
         assert proc.poll() is None
     finally:
         proc.kill()
         proc.wait()
-    bw._kill_escaped(proc.pid)  # gone: no error
+    sv.kill_escaped(proc.pid)  # gone: no error
 
 
 def test_kill_escaped_kills_a_sandbox_pid_1(tmp_path: Path) -> None:
@@ -98,8 +98,8 @@ def test_kill_escaped_kills_a_sandbox_pid_1(tmp_path: Path) -> None:
                 await asyncio.sleep(0.05)
             pid = launches[-1].child_pid
             await asyncio.sleep(0.3)
-            assert bw._is_namespace_init(pid)
-            bw._kill_escaped(pid)
+            assert sv.is_namespace_init(pid)
+            sv.kill_escaped(pid)
             result = await asyncio.wait_for(task, 30)
         finally:
             bw.Launch = real  # type: ignore[misc]
@@ -122,7 +122,7 @@ def test_every_limit_binds_the_command_with_either_launcher(launcher: str,
     monkeypatch.setattr(bw, "_PRLIMIT", bw.find_prlimit() if launcher == "prlimit" else None)
     limits = SandboxLimits(cpu_seconds=7, memory_mb=300, max_file_mb=3, max_processes=77)
 
-    async def go() -> bw.RunOutcome:
+    async def go() -> sv.RunOutcome:
         return await bw.run_limited(["sh", "-c", "ulimit -t; ulimit -v; ulimit -f; ulimit -p"],
                                     limits=limits, timeout=30, stdin=None, output_cap=4096, env=ENV)
 
@@ -141,10 +141,8 @@ def test_the_prlimit_prefix_names_every_limit() -> None:
     assert bw.limit_prefix(limits, nproc=True, prlimit=None) == []
 
 
-@pytest.mark.skipif(sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"),
-                    reason="3.12+ waits with pidfds by itself")
-def test_commands_are_waited_for_with_pidfds_on_any_loop_in_any_thread() -> None:
-    """The replacement child watcher keeps no loop of its own: commands started from two event
+def test_commands_started_from_two_loops_in_two_threads_come_back_with_their_own_codes() -> None:
+    """The supervisor keeps no loop or watcher of its own: commands started from two event
     loops in two threads at once all come back with their own exit codes."""
     import threading
 
@@ -161,7 +159,6 @@ def test_commands_are_waited_for_with_pidfds_on_any_loop_in_any_thread() -> None
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
-    assert type(asyncio.get_child_watcher()) is PidfdWatcher
     assert results == {10: list(range(10, 18)), 40: list(range(40, 48))}
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from rl_daytona.backends import bwrap as bw
+from rl_daytona.backends import supervise as sv
 from rl_daytona.backends import disk_quota as dq
 from rl_daytona.backends.local import LocalBackend
 from rl_daytona.types import SandboxLimits
@@ -224,7 +225,7 @@ def test_run_limited_hands_the_watcher_its_kill_and_stops_it_after(tmp_path: Pat
             calls.append("cancelled")
             raise
 
-    async def go(watch: bw.Watcher, command: str) -> bw.RunOutcome:
+    async def go(watch: bw.Watcher, command: str) -> sv.RunOutcome:
         outcome = await bw.run_limited(["sh", "-c", command], limits=SandboxLimits(), timeout=60,
                                        stdin=None, output_cap=4096, env=ENV, nproc=False, watch=watch)
         await asyncio.sleep(0)

@@ -380,7 +380,9 @@ def test_delete_leaves_nothing_behind(backend: LocalBackend) -> None:
     assert sorted(os.listdir(backend.root)) == ["_layers", "_spare"]
     assert os.listdir(backend.root / "_layers") == []
     for spare in (backend.root / "_spare").iterdir():  # emptied folders kept for the next create
-        assert os.listdir(spare) == ["meta.json"] and (spare / "meta.json").stat().st_size == 0
+        assert sorted(os.listdir(spare)) == ["meta.json", "upper"] and (spare / "meta.json").stat().st_size == 0
+        assert os.listdir(spare / "upper") == [], "with a new empty upper"
+        assert os.stat(spare / "upper").st_uid == (backend._owner if backend._owner is not None else os.getuid())
 
 
 def test_a_recycled_folder_holds_nothing_of_its_last_sandbox(backend: LocalBackend) -> None:
