@@ -140,8 +140,11 @@ def stage_root(cache: Path, support: Support, mount_points: tuple[str, ...]) -> 
 
     def fill(staging: Path) -> None:
         shutil.copytree(support.etc, staging / "etc", symlinks=True)
-        if support.init is not None:
-            shutil.copy2(support.init, staging / INIT_PATH.lstrip("/"))
+        if support.init is not None:  # a hard link where it can (both live in the cache)
+            try:
+                os.link(support.init, staging / INIT_PATH.lstrip("/"))
+            except OSError:
+                shutil.copy2(support.init, staging / INIT_PATH.lstrip("/"))
         for link in ("bin", "sbin", "lib", *(("lib64",) if _HAS_LIB64 else ())):
             os.symlink(f"usr/{link}", staging / link)
         for name in (*_ROOT_DIRS, *(p.lstrip("/") for p in points)):

@@ -7,6 +7,7 @@ import os
 import socket
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Awaitable, TypeVar
 
@@ -169,6 +170,27 @@ def test_nothing_is_written_outside_the_workspace(backend: LocalBackend, tmp_pat
     for path in attempts[:5]:
         assert not os.path.exists(path), path
     assert _tree(staged) == before, "the staged root is unchanged"
+
+
+def test_python_prefixes_under_tmp_and_elsewhere_are_bound(backend: LocalBackend, tmp_path: Path) -> None:
+    """A Python under the host's /tmp (a CI clone) is bound on the sandbox's own /tmp; one
+    elsewhere gets its mount point in a staged root of its own."""
+    under_tmp = tmp_path / "clone" / ".venv"
+    under_tmp.mkdir(parents=True)
+    (under_tmp / "marker").write_text("tmp prefix\n")
+    elsewhere = ss.cache_dir() / "test-prefix" / "py"  # a fixed name: one staged root for it
+    elsewhere.mkdir(parents=True, exist_ok=True)
+    (elsewhere / "marker").write_text("other prefix\n")
+    assert str(under_tmp).startswith("/tmp/") and not str(elsewhere).startswith("/tmp/")
+    backend._python = replace(backend._python,
+                              prefixes=(*backend._python.prefixes, str(under_tmp), str(elsewhere)))
+
+    async def go() -> None:
+        box = await _sandbox(backend)
+        seen = await backend.exec(box, f"cat {under_tmp}/marker {elsewhere}/marker; touch /tmp/x && "
+                                       f"echo writable; stat -c %a {under_tmp.parent} {elsewhere.parent}")
+        assert seen.stdout.split() == ["tmp", "prefix", "other", "prefix", "writable", "755", "755"], seen
+    run(go())
 
 
 def test_dev_has_working_nodes_and_private_ptys(backend: LocalBackend) -> None:
