@@ -9,8 +9,9 @@ Invariant: `Supervised.outcome` returns once the process has exited (or was kill
 deadline, or could not be killed within the grace) and its pipes are closed or, when something
 that escaped it still holds them after `DRAIN_GRACE`, closed by us; every process this module
 starts is reaped (on the loop through its pidfd, or by `subprocess`'s own clean-up of
-abandoned `Popen`s if the loop closes first), and every fd it opens is closed. Cancelled, it
-kills everything first and then re-raises.
+abandoned `Popen`s if the loop closes first), and every fd it opens is closed (a cancelled
+command's pidfd once the loop has reaped it). Cancelled, it kills everything first and then
+re-raises.
 """
 
 from __future__ import annotations
