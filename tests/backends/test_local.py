@@ -36,7 +36,7 @@ def backend(tmp_path: Path, request: pytest.FixtureRequest) -> LocalBackend:
     made = LocalBackend(tmp_path / "sandboxes", limits=LIMITS, pid1_helper=request.param)
     assert (made._support is not None and made._support.init is not None) == request.param, made._support
     # where this user may make device nodes (root), the helper's sandboxes use the staged /dev
-    assert made._support.staged_dev == (request.param and ss.can_make_devices(tmp_path)), made._support
+    assert made._support.staged_dev == (request.param and ss.can_make_devices(ss.cache_dir())), made._support
     return made
 
 
