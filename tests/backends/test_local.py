@@ -178,7 +178,7 @@ def test_python_prefixes_under_tmp_and_elsewhere_are_bound(backend: LocalBackend
     under_tmp = tmp_path / "clone" / ".venv"
     under_tmp.mkdir(parents=True)
     (under_tmp / "marker").write_text("tmp prefix\n")
-    elsewhere = ss.cache_dir() / "test-prefix" / "py"  # a fixed name: one staged root for it
+    elsewhere = _outside_tmp() / "py"  # a fixed name: one staged root for it, however often run
     elsewhere.mkdir(parents=True, exist_ok=True)
     (elsewhere / "marker").write_text("other prefix\n")
     assert str(under_tmp).startswith("/tmp/") and not str(elsewhere).startswith("/tmp/")
@@ -191,6 +191,15 @@ def test_python_prefixes_under_tmp_and_elsewhere_are_bound(backend: LocalBackend
                                        f"echo writable; stat -c %a {under_tmp.parent} {elsewhere.parent}")
         assert seen.stdout.split() == ["tmp", "prefix", "other", "prefix", "writable", "755", "755"], seen
     run(go())
+
+
+def _outside_tmp() -> Path:
+    """A writable folder of this user's outside /tmp (the cache may live under /tmp)."""
+    for base in (ss.cache_dir(), Path.home() / ".cache", Path("/var/tmp")):
+        real = os.path.realpath(base)
+        if real != "/tmp" and not real.startswith("/tmp/") and os.access(real, os.W_OK):
+            return Path(real) / f"rl-daytona-test-prefix-{os.geteuid()}"
+    pytest.skip("no writable folder outside /tmp")
 
 
 def test_dev_has_working_nodes_and_private_ptys(backend: LocalBackend) -> None:
