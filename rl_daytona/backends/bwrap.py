@@ -110,14 +110,15 @@ def bwrap_argv(bwrap: str, view: WorkspaceView, python: PythonLayout, limits: Sa
         argv += ["--setenv", key, value]
     mount_points = (*python.prefixes, *(dest for _, dest in view.extra_binds))
     tmp_bytes = str(limits.workspace_mb * _MB)
-    argv += ["--ro-bind", str(support.root(mount_points)), "/", "--ro-bind", "/usr", "/usr",
+    root = support.root(mount_points)
+    argv += ["--ro-bind", str(root), "/", "--ro-bind", "/usr", "/usr",
              "--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/tmp"]
     argv += _dirs_under_tmp(mount_points)  # e.g. a CI clone's venv: bound on top of /tmp
     for prefix in python.prefixes:
         argv += ["--ro-bind", prefix, prefix]
     # the staged nodes, bound with devices allowed (read-only would also mean nodev): the
     # directory is host root's, so the sandbox user cannot change it
-    argv += ["--dev-bind", f"{support.root(mount_points)}/dev", "/dev"] if support.staged_dev \
+    argv += ["--dev-bind", str(root / "dev"), "/dev"] if support.staged_dev \
         else ["--dev", "/dev"]
     argv += ["--perms", "1777", "--size", tmp_bytes, "--tmpfs", "/dev/shm", "--proc", "/proc"]
     argv += _workspace_args(view)
