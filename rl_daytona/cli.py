@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import signal
 import sys
 from pathlib import Path
@@ -78,6 +79,9 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-processes", type=_positive_int, default=64, help="processes per sandbox command")
     p.add_argument("--out", type=Path, required=True,
                    help="run folder (summary.json, rollouts.jsonl, sandboxes.jsonl ledger, sandboxes/)")
+    p.add_argument("--address", default=None,
+                   help="Ray cluster to join (host:port; default: RAY_ADDRESS, else a live `ray start` cluster on "
+                        "this machine, else a fresh local Ray); an address that does not answer in 30 s is refused")
     d = p.add_argument_group("daytona backend (with --backend daytona)")
     d.add_argument("--snapshot", default="auto",
                    help="snapshot to create sandboxes from; 'auto' (default) builds Dockerfile.hud into a snapshot "
@@ -243,6 +247,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     from rl_daytona.tasks import TaskError
 
     args = build_parser().parse_args(argv)
+    if getattr(args, "address", None):
+        os.environ["RAY_ADDRESS"] = args.address  # ray_join and Ray itself read it
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM cleans up like Ctrl-C (again after ray.init)
     commands = {"eval": _eval, "train": _train, "report": _report, "daytona-sim": _daytona_sim, "reap": _reap,
                 "bench": _bench}

@@ -13,13 +13,14 @@ the death cut off. A RolloutActor the fleet loses has its sandboxes reclaimed by
 
 from __future__ import annotations
 
-import os
+import sys
 from typing import Any, Callable
 
 import ray
 
 from rl_daytona.backends import BackendSpec
 from rl_daytona.pool import PoolConfig, SandboxPool
+from rl_daytona.ray_join import plan_from_environment
 from rl_daytona.rollout import RolloutActor
 from rl_daytona.types import Settings
 
@@ -28,7 +29,8 @@ def ensure_ray() -> None:
     """Join a running Ray cluster, else start a one-machine Ray here.
 
     The cluster is the one RAY_ADDRESS names (as under `ray job submit`, which sets it for the
-    driver), else the last one `ray start` ran on this machine (as on a `ray up` head). Token
+    driver; joined within 30 s or refused), else the last one `ray start` ran on this machine
+    (as on a `ray up` head) while it is alive; see `rl_daytona.ray_join`. Token
     auth (Ray's RAY_AUTH_MODE=token) needs the cluster's token in this process's environment
     (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token); without it the join fails with
     one line saying so (a ValueError: the CLI's exit code 2)."""
@@ -36,7 +38,10 @@ def ensure_ray() -> None:
 
     if ray.is_initialized():
         return
-    address = os.environ.get("RAY_ADDRESS") or None
+    plan = plan_from_environment()
+    if plan.note:
+        print(f"rl-daytona: {plan.note}", file=sys.stderr)
+    address = plan.address
     try:
         ray.init(address=address, include_dashboard=False, log_to_driver=True)
     except (AuthenticationError, ConnectionError) as exc:
