@@ -61,6 +61,18 @@ def _rollout_rows(data: RunData) -> list[tuple[str, str]]:
             ("throughput (rollouts/s)", _num(float(rate)) if rate else "not recorded")]
 
 
+def _backend_row(data: RunData) -> tuple[str, str]:
+    """Where the sandboxes ran: backend, isolation or snapshot, warm pool."""
+    spec = (data.summary or {}).get("sandbox_backend")
+    if not isinstance(spec, dict):
+        return ("sandboxes ran on", "not recorded (summary.json names no backend)")
+    if spec.get("kind") != "daytona":
+        return ("sandboxes ran on", f"{spec.get('kind', '?')} (isolation {spec.get('isolation', '?')})")
+    warm = spec.get("warm_pool") or "none"
+    return ("sandboxes ran on", f"daytona at {spec.get('api_url', '?')}, snapshot {spec.get('snapshot') or 'none'}, "
+                                f"warm pool {warm}, transport {spec.get('transport', '?')}")
+
+
 def _pool_rows(data: RunData) -> list[tuple[str, str]]:
     pool = (data.summary or {}).get("pool")
     if not isinstance(pool, dict):
@@ -95,4 +107,4 @@ def _timing_rows(data: RunData) -> list[tuple[str, str]]:
 
 
 def summary_rows(data: RunData) -> list[tuple[str, str]]:
-    return _run_rows(data) + _rollout_rows(data) + _pool_rows(data) + _learner_rows(data) + _timing_rows(data)
+    return _run_rows(data) + _rollout_rows(data) + [_backend_row(data)] + _pool_rows(data) + _learner_rows(data) + _timing_rows(data)

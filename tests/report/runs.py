@@ -47,7 +47,9 @@ def make_eval_run(rundir: Path) -> Path:
     write_rollouts(rundir / "rollouts.jsonl", rollouts)
     summary = summarize(rollouts, run_id="eval-test", taskset="calc", split="heldout", group=2, policy="builtin",
                         backend="local", wall_seconds=4.0, rollouts_per_second=2.0,
-                        pool=asdict(PoolStats(created=8, forked=3, deleted=8)))
+                        pool=asdict(PoolStats(created=8, forked=3, deleted=8)),
+                        sandbox_backend={"kind": "daytona", "api_url": "https://sim.test/api", "snapshot": "rl-abc123",
+                                         "transport": "ssh", "warm_pool": "wp-7"})
     (rundir / "summary.json").write_text(json.dumps(summary))
     return rundir
 

@@ -71,3 +71,15 @@ def test_rollouts_without_start_times_have_no_timeline(tmp_path: Path) -> None:
     (run / "rollouts.jsonl").write_text("".join(json.dumps({**r, "started_at": 0.0}) + "\n" for r in rows))
     with pytest.raises(NoData, match="no start times"):
         timeline(load_run(run))
+
+
+def test_log_time_axes_have_plain_labels_that_never_stack_and_the_legend_hides_no_curve(tmp_path: Path) -> None:
+    fig = timing_cdfs(load_run(make_eval_run(tmp_path / "ev")))
+    fig.canvas.draw()
+    for ax in fig.axes:
+        labels = [t.get_text() for t in ax.get_xticklabels(which="both") if t.get_text()]
+        assert labels and not any("10^" in text or "times" in text for text in labels)
+        assert all(float(text) > 0 for text in labels)  # plain seconds
+    legend = fig.axes[1].get_legend()
+    box = legend.get_window_extent()
+    assert box.x0 >= fig.axes[1].get_window_extent().x1 - 1  # drawn beside the axes, not over the curves

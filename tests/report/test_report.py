@@ -40,6 +40,8 @@ def test_eval_report(tmp_path: Path) -> None:
     assert "Not shown: an eval run has no training curve." in html
     assert "<td>sandboxes created / forked / deleted</td><td>8 / 3 / 8</td>" in html
     assert "<td>statuses</td><td>infra_error 1, ok 7</td>" in html
+    assert ("<td>sandboxes ran on</td><td>daytona at https://sim.test/api, snapshot rl-abc123, warm pool wp-7, "
+            "transport ssh</td>") in html
     assert "Missing from this run folder" not in html
 
 
