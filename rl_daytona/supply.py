@@ -62,11 +62,13 @@ async def _ensure_snapshot(options: DaytonaOptions, on_log: Callable[[str], None
 
 async def _build(daytona: Any, on_log: Callable[[str], None]) -> str:
     from rl_daytona.backends.daytona_retry import FATAL, auth_error, classify
-    from rl_daytona.backends.daytona_snapshot import SnapshotBuildError, ensure_snapshot
+    from rl_daytona.backends.daytona_snapshot import ContextUploadTLSError, SnapshotBuildError, ensure_snapshot
 
     async with daytona as client:
         try:
             return await ensure_snapshot(client, REPO_ROOT, DOCKERFILE, on_log)
+        except ContextUploadTLSError as exc:  # the upload's trust, not the Dockerfile: the message names the fix
+            raise ValueError(str(exc)) from None
         except SnapshotBuildError as exc:  # one line naming the build's reason: exit 2, fix the Dockerfile
             raise ValueError(f"{exc} (fix {DOCKERFILE.name}, or pass --snapshot NAME)") from None
         except Exception as exc:  # noqa: BLE001 - a rejected key is one line; the rest propagate

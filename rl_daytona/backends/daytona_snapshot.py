@@ -31,7 +31,7 @@ from daytona import (
     AsyncDaytona, CreateSnapshotParams, DaytonaConflictError, DaytonaNotFoundError, Image, SandboxClass,
 )
 
-__all__ = ["SnapshotBuildError", "build_inputs", "copy_sources", "ensure_snapshot", "print_log", "snapshot_name"]
+__all__ = ["ContextUploadTLSError", "SnapshotBuildError", "build_inputs", "copy_sources", "ensure_snapshot", "print_log", "snapshot_name"]
 
 NAME_PREFIX = "rl-daytona-"
 HASH_CHARS = 12
@@ -43,6 +43,11 @@ _REMOTE = ("http://", "https://", "git@")
 
 class SnapshotBuildError(RuntimeError):
     """The snapshot could not be built or made active; the message is one line."""
+
+
+class ContextUploadTLSError(SnapshotBuildError):
+    """The build context could not be uploaded: the object storage's certificate is not trusted
+    (not a fault of the Dockerfile)."""
 
 
 def print_log(line: str) -> None:
@@ -206,7 +211,23 @@ async def _build(client: AsyncDaytona, name: str, dockerfile: Path, sandbox_clas
         found = await _state(client, name)
         if found is not None and found[0] in FAILED:
             raise _failed(name, found[1]) from exc
+        if _is_tls_failure(exc):
+            raise ContextUploadTLSError(_one_line(
+                f"snapshot {name}: uploading its build context failed TLS verification (the object storage's "
+                f"certificate is not trusted here); against daytona-sim set DAYTONA_SIM_CA_BUNDLE to the CA file "
+                f"its banner prints, else check SSL_CERT_FILE and this machine's CA store")) from exc
         raise SnapshotBuildError(_one_line(f"snapshot {name} could not be built: {exc}")) from exc
+
+
+def _is_tls_failure(exc: BaseException) -> bool:
+    """The error, or one it was raised from, is a certificate verification failure."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        text = str(seen).lower()
+        if "certificate" in text and ("verif" in text or "unknown" in text or "trust" in text):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 async def ensure_snapshot(client: AsyncDaytona, repo_root: str | Path, dockerfile: str | Path,

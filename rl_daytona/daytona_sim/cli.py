@@ -1,7 +1,7 @@
 """`rl-daytona daytona-sim`: run the simulated Daytona server until SIGINT/SIGTERM.
 
-Invariant: the command prints the environment lines to point the SDK at it (never a real
-API key: the sim's key is its own, given by --api-key), serves until SIGINT or SIGTERM, and
+Invariant: the command prints the environment lines to point the SDK at it (the default key
+"sim-key" is printed; a key given by --api-key is not, since it may be one a user reuses), serves until SIGINT or SIGTERM, and
 deletes every sandbox it created before exiting 0. Bad flags exit 2 with one line.
 """
 
@@ -20,6 +20,9 @@ DESCRIPTION = (
     "warm pools, toolbox exec) with real local sandboxes behind them and an SSH gateway, and replays the "
     "published latency figures (2.8 s at 8 concurrent creates ... 9.9 s at 256; fork 0.66 s; warm claim "
     "~0.5 s), scaled by --time-scale, with injectable create failures and a rate limit (HTTP 429).")
+
+
+DEFAULT_API_KEY = "sim-key"
 
 
 def rate_limit(text: str) -> int:
@@ -53,7 +56,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--probe-fail-rate", type=_fraction, default=0.0, help="fraction of sandboxes whose commands fail")
     p.add_argument("--rate-limit", type=rate_limit, default=None, metavar="N/min", help="creates per minute (429 past it)")
     p.add_argument("--root", type=Path, default=None, help="folder for the local sandboxes (default: a temp dir)")
-    p.add_argument("--api-key", default="sim-key", help="the key clients must send (default sim-key)")
+    p.add_argument("--api-key", default=DEFAULT_API_KEY,
+                   help=f"the key clients must send (default {DEFAULT_API_KEY}, printed in the banner; "
+                        f"a key you choose is not printed)")
     p.add_argument("--isolation", default="bwrap", choices=["bwrap", "none"], help="local sandbox isolation")
     p.add_argument("--seed", type=int, default=0, help="seed of the fault and latency draws")
 
@@ -74,10 +79,12 @@ async def _serve(args: argparse.Namespace) -> None:
     await sim.start(args.host, args.port, args.ssh_port)
     print(f"daytona-sim (a simulator, not Daytona) listening; sandboxes under {root}", flush=True)
     print(f"DAYTONA_API_URL={sim.api_url}", flush=True)
-    print("DAYTONA_API_KEY=<the --api-key value>", flush=True)
+    shown_key = DEFAULT_API_KEY if args.api_key == DEFAULT_API_KEY else "<the --api-key value>"
+    print(f"DAYTONA_API_KEY={shown_key}", flush=True)
     print(f"DAYTONA_SSH_GATEWAY={sim.ssh_host}:{sim.ssh_port}", flush=True)
-    print(f"daytona-sim: build contexts go to {sim.objects.url}; a client uploading them must trust "
-          f"{sim.objects.ca_bundle} (rl_daytona.daytona_sim.tls.trust_in_this_process)", flush=True)
+    print(f"DAYTONA_SIM_CA_BUNDLE={sim.objects.ca_bundle}", flush=True)
+    print(f"daytona-sim: export the lines above in the shell that runs rl-daytona; build contexts "
+          f"(--snapshot auto) upload to {sim.objects.url}, whose certificate DAYTONA_SIM_CA_BUNDLE trusts", flush=True)
     try:
         await stop.wait()
     finally:

@@ -12,7 +12,7 @@ import pytest
 from daytona import AsyncDaytona
 
 from rl_daytona.backends.daytona_snapshot import (
-    SnapshotBuildError, build_inputs, copy_sources, ensure_snapshot, snapshot_name,
+    ContextUploadTLSError, SnapshotBuildError, build_inputs, copy_sources, ensure_snapshot, snapshot_name,
 )
 from rl_daytona.daytona_sim import DaytonaSim
 from rl_daytona.daytona_sim.tls import trust_in_this_process
@@ -165,4 +165,15 @@ def test_the_repos_own_dockerfile_builds_in_the_sim(tmp_path: Path) -> None:
             assert any(line.startswith("Successfully built snapshot") for line in logs)
             build = sim.engine.catalog.snapshot(name)
             assert build.dockerfile == (REPO / DOCKERFILE).read_text() and len(build.context_hashes) == 3
+    run(go())
+
+
+def test_an_untrusted_upload_names_the_ca_variable_not_the_dockerfile(pristine: Path, tmp_path: Path) -> None:
+    async def go() -> None:
+        async with sim_and_client(tmp_path / "sim") as (sim, client):
+            with pytest.raises(ContextUploadTLSError) as failed:  # no trust_in_this_process: the sim's CA is unknown
+                await ensure_snapshot(client, pristine, DOCKERFILE, lambda _: None, poll_seconds=POLL)
+            message = str(failed.value)
+            assert "\n" not in message and "DAYTONA_SIM_CA_BUNDLE" in message and "TLS" in message
+            assert "Dockerfile" not in message and sim.stats().snapshots_built == 0
     run(go())

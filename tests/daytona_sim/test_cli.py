@@ -55,12 +55,17 @@ def test_subprocess_serves_the_sdk_and_deletes_its_sandboxes_on_sigterm(tmp_path
         api_url = None
         deadline = time.monotonic() + 120
         assert proc.stdout is not None
-        while api_url is None and time.monotonic() < deadline:
+        banner: dict[str, str] = {}
+        while "DAYTONA_SIM_CA_BUNDLE" not in banner and time.monotonic() < deadline:
             line = proc.stdout.readline()
             assert line, f"daytona-sim exited early: {proc.stderr.read() if proc.stderr else ''}"
-            if line.startswith("DAYTONA_API_URL="):
-                api_url = line.strip().split("=", 1)[1]
+            if line.startswith("DAYTONA_"):
+                key, value = line.strip().split("=", 1)
+                banner[key] = value
+        api_url = banner.get("DAYTONA_API_URL")
         assert api_url is not None
+        assert banner["DAYTONA_API_KEY"] == "<the --api-key value>"  # a chosen key is never printed
+        assert Path(banner["DAYTONA_SIM_CA_BUNDLE"]).is_file()  # the variable --snapshot auto needs, by name
         assert asyncio.run(_create_and_exec(api_url)) == "served\n"
         assert [p for p in (root / "sandboxes").iterdir() if p.name != LAYERS]
         proc.send_signal(signal.SIGTERM)
