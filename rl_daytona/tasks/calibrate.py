@@ -104,7 +104,7 @@ def render_calibration(cal: Calibration, title: str) -> Table:
     table = Table(title=title)
     for name, justify in (("instance", "left"), ("passes/attempts", "right"), ("pass rate", "right"),
                           ("spread (std)", "right"), ("group disagrees", "left"), ("signal", "left")):
-        table.add_column(name, justify=justify, no_wrap=name == "instance")  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for r in cal.instances:
         style = _STYLE[r.signal]
         table.add_row(escape(r.instance_id), f"{r.passes}/{r.attempts}", f"{r.pass_rate:.0%}", f"{r.reward_std:.2f}",
@@ -113,4 +113,5 @@ def render_calibration(cal: Calibration, title: str) -> Table:
     table.caption = (f"{verdict}: base pass rate {cal.base_rate:.1%} (band {cal.band.low:.0%}-{cal.band.high:.0%}); "
                      f"{cal.mixed_fraction:.0%} of instances with spread (want {cal.band.min_mixed:.0%}+)\n"
                      + "\n".join(f"- {escape(a)}" for a in cal.advice))
+    table.caption_justify = "left"
     return table

@@ -110,9 +110,7 @@ def _check(args: argparse.Namespace, instances: list[Any]) -> int:
 
     if args.max_concurrent < 1 or not args.deadline > 0:
         raise ValueError("--max-concurrent must be at least 1 and --deadline positive")
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=max(console.width, 120))  # a log or a pipe: room for the table
+    console = _console()
     daytona = DaytonaOptions(snapshot=args.snapshot)
     if args.backend == "daytona":
         daytona = resolve_daytona(daytona, console.print)
@@ -145,6 +143,11 @@ async def _checked(backend: Any, instances: list[Any], run_id: str, args: argpar
             return await check_all(backend, instances, run_id, args.max_concurrent, done, args.deadline)
     finally:
         await backend.close()
+
+
+def _console() -> Console:
+    console = Console()
+    return console if console.is_terminal else Console(width=max(console.width, 120))  # a log: room for tables
 
 
 def _reward(grade: Any) -> str:
@@ -189,7 +192,7 @@ def _calibrate(args: argparse.Namespace, cfg: Any) -> int:
     from rl_daytona.eval import run_eval
     from rl_daytona.tasks.calibrate import calibrate, render_calibration
 
-    console = Console()
+    console = _console()
     summary = run_eval(cfg, console)
     cal = calibrate(summary, args.group, args.band)
     (args.out / "calibration.json").write_text(json.dumps(cal.to_json(), indent=2))
