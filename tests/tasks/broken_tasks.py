@@ -41,3 +41,6 @@ random_seed = task(name="random_seed", solution=calc_solution)(_random_seed)
 
 BROKEN = Taskset(name="broken", instances=(
     calc_instance(8), unsolvable(variant=8), already_fixed(variant=8), random_seed(variant=8)))
+
+# two of the above, for the slower backends
+PAIR = Taskset(name="pair", instances=(calc_instance(8), unsolvable(variant=8)))
