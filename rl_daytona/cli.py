@@ -52,7 +52,8 @@ def _policy(text: str) -> str:
 
 def _add_run_flags(p: argparse.ArgumentParser, taskset_flag: bool = True) -> None:
     if taskset_flag:
-        p.add_argument("--taskset", default="calc", help="taskset name ('calc') or 'package.module:ATTRIBUTE' of your own")
+        p.add_argument("--taskset", default="calc",
+                       help="taskset name ('calc') or 'package.module:ATTRIBUTE' of your own")
     p.add_argument("--backend", default="local", choices=["local", "daytona"],
                    help="where sandboxes run: local (bubblewrap on this machine, the default) or daytona "
                         "(Daytona's cloud through the daytona SDK; needs DAYTONA_API_KEY, reads DAYTONA_API_URL, "

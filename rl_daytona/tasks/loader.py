@@ -107,24 +107,26 @@ def failure(exc: BaseException, doing: str) -> TaskError:
 
 
 def _user_frame(tb: TracebackType | None) -> traceback.FrameSummary | None:
-    """The deepest frame in code the user wrote (not the task machinery, the stdlib or a
-    third-party package; a built-in taskset inside rl_daytona counts as the user's)."""
+    """The deepest frame in the user's own files (not rl_daytona, the stdlib or a third-party
+    package), else the deepest in rl_daytona outside the task machinery (a built-in taskset)."""
     frames = traceback.extract_tb(tb)
-    for frame in reversed(frames):
-        if _is_users(Path(frame.filename)):
-            return frame
+    for wanted in ("user", "package"):
+        for frame in reversed(frames):
+            if _origin(Path(frame.filename)) == wanted:
+                return frame
     return frames[-1] if frames else None
 
 
-def _is_users(path: Path) -> bool:
+def _origin(path: Path) -> str:
+    """'user', 'package' (rl_daytona, outside the task machinery) or 'library'."""
     if path.name.startswith("<"):
-        return False
+        return "library"
     path = path.resolve()
     if path in _MACHINERY:
-        return False
+        return "library"
     if path.is_relative_to(_PACKAGE_DIR):
-        return True
-    return not any(path.is_relative_to(d) for d in _LIBRARY_DIRS)
+        return "package"
+    return "library" if any(path.is_relative_to(d) for d in _LIBRARY_DIRS) else "user"
 
 
 def _shown(filename: str) -> str:
