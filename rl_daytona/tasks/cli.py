@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import sys
 import tempfile
 import time
 import uuid
@@ -76,8 +78,10 @@ def run(args: argparse.Namespace, eval_config: Any) -> int:
 
     taskset = get_taskset(args.spec)
     if args.tasks_command == "list":
-        for line in list_lines(taskset):
-            print(line)
+        try:
+            print("\n".join(list_lines(taskset)), flush=True)
+        except BrokenPipeError:  # `tasks list calc | head`: the reader has all it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     if args.tasks_command == "check":
         return _check(args, taskset.split(args.split))
