@@ -174,12 +174,19 @@ def render_check(results: list[InstanceCheck], title: str) -> Table:
                       {None: "-", True: "same", False: "[red]differs[/]"}[r.same_seed], _num(r.grade_seconds),
                       _num(r.grade_cpu_seconds), f"[{_VERDICT_STYLE[r.verdict]}]{r.verdict}[/]")
     counts = {v: sum(r.verdict == v for r in results) for v in _VERDICT_STYLE}
-    lines = [", ".join(f"{n} {v}" for v, n in counts.items() if n) + f" of {len(results)} instances"]
+    lines = [", ".join(f"{n} {v}" for v, n in counts.items() if n) + f" of {len(results)} instances" + _p50s(results)]
     lines += [f"{r.verdict} {escape(r.instance_id)}: {escape('; '.join(r.problems) or r.error)}"
               for r in results if r.problems or r.error]
     table.caption = "\n".join(lines)
     table.caption_justify = "left"
     return table
+
+
+def _p50s(results: list[InstanceCheck]) -> str:
+    walls = sorted(r.grade_seconds for r in results if r.grade_seconds is not None)
+    cpus = sorted(r.grade_cpu_seconds for r in results if r.grade_cpu_seconds is not None)
+    wall = f"; grading p50 {walls[len(walls) // 2]:.2f} s wall" if walls else ""
+    return wall + (f", {cpus[len(cpus) // 2]:.2f} CPU-s" if wall and cpus else "")
 
 
 def _num(value: float | None) -> str:

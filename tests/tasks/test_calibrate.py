@@ -48,7 +48,7 @@ def test_calibrate_on_calc_with_the_builtin_policy_prints_the_table(
     out = tmp_path / "cal"
     with pytest.raises(SystemExit) as exit_:
         main(["tasks", "calibrate", "calc", "--split", "heldout", "--group", "2", "--max-turns", "2",
-              "--max-concurrent", "16", "--out", str(out)])
+              "--max-concurrent", "16", "--rollout-actors", "1", "--warm-size", "4", "--out", str(out)])
     printed = capsys.readouterr().out
     assert exit_.value.code == 0, printed[-2000:]
     assert "tasks calibrate calc / heldout (group 2)" in printed and "group disagrees" in printed
