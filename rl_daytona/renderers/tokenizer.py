@@ -1,0 +1,42 @@
+"""Loading a model's tokenizer the Hugging Face way: a hub name (through its cache) or a local folder.
+
+Invariant: `load_tokenizer` returns a transformers tokenizer or raises `TokenizerLoadError` with
+one line saying what was tried and how to fix it (a folder that does not exist, a name neither
+cached nor reachable, a folder without tokenizer files). transformers is imported here only,
+and without torch (it loads tokenizers without it).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+
+class TokenizerLoadError(ValueError):
+    """The tokenizer could not be loaded (the message is one line with the fix)."""
+
+
+def load_tokenizer(name_or_path: str | os.PathLike[str]) -> Any:
+    """`AutoTokenizer.from_pretrained(name_or_path)`: a local folder, or a hub name via HF's cache.
+
+    Set HF_HUB_OFFLINE=1 to use the cache only; HF_TOKEN is read by huggingface_hub itself."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # no "PyTorch was not found" notice
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()  # "PyTorch was not found" is expected: only the tokenizer is used
+    text = str(name_or_path)
+    looks_local = text.startswith((".", "/", "~")) or Path(text).expanduser().exists()
+    if looks_local and not Path(text).expanduser().is_dir():
+        raise TokenizerLoadError(f"tokenizer folder {text} does not exist (pass --tokenizer a folder holding "
+                                 "tokenizer.json / tokenizer_config.json)")
+    try:
+        return AutoTokenizer.from_pretrained(str(Path(text).expanduser()) if looks_local else text)
+    except Exception as exc:  # noqa: BLE001 - hub, network and file errors all become one line
+        reason = " ".join(str(exc).split())[:240]
+        where = "folder" if looks_local else "model"
+        raise TokenizerLoadError(
+            f"could not load the tokenizer of {where} {text!r} ({type(exc).__name__}: {reason}); download it "
+            "once with network (it is cached under ~/.cache/huggingface) or pass --tokenizer PATH to a local "
+            "folder holding tokenizer.json and tokenizer_config.json") from None
