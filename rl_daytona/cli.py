@@ -167,8 +167,11 @@ def _limits(args: argparse.Namespace) -> SandboxLimits:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from rl_daytona.endpoint_check import preflight
     from rl_daytona.eval import EvalConfig, run_eval
     from rl_daytona.pool import PoolConfig
+
+    preflight(args.policy, args.model, need_token_ids=False)  # a dead URL or unknown model: one line, exit 2
 
     cfg = EvalConfig(out=args.out, taskset=args.taskset, split=args.split, group=args.group,
                      max_concurrent=args.max_concurrent, backend=args.backend, isolation=args.isolation,
@@ -187,9 +190,11 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from rl_daytona.endpoint_check import preflight
     from rl_daytona.pool import PoolConfig
     from rl_daytona.train import TrainConfig, run_train
 
+    preflight(args.policy, args.model, need_token_ids=True)  # no token ids: refuse before any sandbox
     if args.policy != "builtin":
         raise ValueError("train drives the built-in model service (sampling and training); --policy must be builtin")
     if not (math.isfinite(args.chunk_mb) and args.chunk_mb > 0):
