@@ -129,6 +129,15 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Write RUNDIR/report.html (one self-contained page, figures inline) and "
                                     "the figures as RUNDIR/report-*.png, from whatever the run folder holds.")
     rp.add_argument("rundir", type=Path, help="a run folder written by eval or train")
+    sh = sub.add_parser("show", help="print one rollout as the model saw it, spans marked trained / not trained",
+                        description="Print one rollout of RUNDIR/rollouts.jsonl: its stored token ids decoded span "
+                                    "by span, each marked trained (sampled) or not trained (prompt, tool output), "
+                                    "one block per datum, and the reward.")
+    sh.add_argument("rundir", type=Path, help="a run folder written by eval or train")
+    sh.add_argument("--rollout", default=None, help="rollout id (default: the first one with token ids)")
+    sh.add_argument("--tokenizer", default=None,
+                    help="tokenizer to decode with: a Hugging Face model name or a local folder (default: the "
+                         "built-in vocabulary for a built-in run)")
     from rl_daytona.daytona_sim.cli import add_parser as add_daytona_sim_parser
     add_daytona_sim_parser(sub)
     _add_reap(sub)
@@ -235,6 +244,13 @@ def _reap(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show(args: argparse.Namespace) -> int:
+    from rl_daytona.show import show
+
+    show(args.rundir, args.rollout, args.tokenizer)
+    return 0
+
+
 def _report(args: argparse.Namespace) -> int:
     from rl_daytona.report import write_report
 
@@ -249,7 +265,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM cleans up like Ctrl-C (again after ray.init)
-    commands = {"eval": _eval, "train": _train, "report": _report, "daytona-sim": _daytona_sim, "reap": _reap,
+    commands = {"eval": _eval, "train": _train, "report": _report, "show": _show, "daytona-sim": _daytona_sim, "reap": _reap,
                 "bench": _bench}
     try:
         code = commands[args.command](args)
