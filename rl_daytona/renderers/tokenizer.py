@@ -9,6 +9,7 @@ and without torch (it loads tokenizers without it).
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +27,46 @@ def load_tokenizer(name_or_path: str | os.PathLike[str]) -> Any:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()  # "PyTorch was not found" is expected: only the tokenizer is used
+    from huggingface_hub.utils import logging as hub_logging
+
+    hub_logging.set_verbosity_error()
     text = str(name_or_path)
     looks_local = text.startswith((".", "/", "~")) or Path(text).expanduser().exists()
     if looks_local and not Path(text).expanduser().is_dir():
         raise TokenizerLoadError(f"tokenizer folder {text} does not exist (pass --tokenizer a folder holding "
                                  "tokenizer.json / tokenizer_config.json)")
+    if looks_local:
+        return _load(AutoTokenizer, str(Path(text).expanduser()), f"folder {text!r}", local_files_only=True)
     try:
-        return AutoTokenizer.from_pretrained(str(Path(text).expanduser()) if looks_local else text)
+        return AutoTokenizer.from_pretrained(text, local_files_only=True)  # the HF cache first, no network
+    except Exception:  # noqa: BLE001 - not cached: try the hub below
+        pass
+    if os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "True") or not _hub_reachable():
+        raise TokenizerLoadError(f"the tokenizer of model {text!r} is not in the Hugging Face cache and the hub "
+                                 f"cannot be reached; {FIX}")
+    return _load(AutoTokenizer, text, f"model {text!r}")
+
+
+FIX = ("download it once with network (it is cached under ~/.cache/huggingface) or pass --tokenizer PATH to a "
+       "local folder holding tokenizer.json and tokenizer_config.json")
+
+
+def _load(auto: Any, name: str, what: str, **kw: Any) -> Any:
+    try:
+        return auto.from_pretrained(name, **kw)
     except Exception as exc:  # noqa: BLE001 - hub, network and file errors all become one line
         reason = " ".join(str(exc).split())[:240]
-        where = "folder" if looks_local else "model"
-        raise TokenizerLoadError(
-            f"could not load the tokenizer of {where} {text!r} ({type(exc).__name__}: {reason}); download it "
-            "once with network (it is cached under ~/.cache/huggingface) or pass --tokenizer PATH to a local "
-            "folder holding tokenizer.json and tokenizer_config.json") from None
+        raise TokenizerLoadError(f"could not load the tokenizer of {what} ({type(exc).__name__}: {reason}); "
+                                 f"{FIX}") from None
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the hub's host answers a TCP connect (so a missing network fails fast, not after retries)."""
+    from urllib.parse import urlparse
+
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    try:
+        socket.create_connection((url.hostname or "huggingface.co", url.port or 443), timeout=timeout).close()
+    except OSError:
+        return False
+    return True

@@ -230,3 +230,26 @@ def test_transformers_loads_tokenizers_without_torch() -> None:
     import transformers  # noqa: F401
 
     assert "torch" not in sys.modules
+
+
+def test_a_hub_name_loads_from_the_hugging_face_cache_offline(tokenizer_folders: dict[str, Path], tmp_path: Path) -> None:
+    """The cache layout huggingface_hub writes (models--ORG--NAME/refs/main -> snapshots/REV/...)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    repo = tmp_path / "hub" / "models--test-org--tiny-qwen3"
+    shutil.copytree(tokenizer_folders["qwen3"], repo / "snapshots" / "abc123")
+    (repo / "snapshots" / "abc123" / "config.json").write_text('{"model_type": "qwen3"}')  # a hub repo has one
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    code = ("from rl_daytona.renderers import pick_renderer; r, why = pick_renderer('auto', 'test-org/tiny-qwen3'); "
+            "print(r.name, r.stop)")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-800:]
+    assert proc.stdout.startswith("qwen3 [")
+    missing = subprocess.run([sys.executable, "-c", code.replace("tiny-qwen3", "absent")], env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert "not in the Hugging Face cache" in missing.stderr
