@@ -30,9 +30,10 @@ RENDERERS: dict[str, str] = {
 _AUTO: tuple[tuple[str, str, str], ...] = (  # (pattern on the lower-cased name, renderer, why)
     (r"^builtin$", "builtin", "the built-in model"),
     (r"qwen3[._-]?[56]", "qwen3_5", "a Qwen3.5/3.6 model"),
-    (r"qwen3.*instruct-2507", "qwen3_instruct", "a Qwen3 instruct-2507 model, which does not think"),
-    (r"qwen3.*thinking-2507", "qwen3_thinking", "a Qwen3 thinking-2507 model"),
-    (r"qwen3(?!.*(-vl|base))", "qwen3", "a Qwen3 hybrid model, thinking on as its template defaults"),
+    (r"qwen3.*(-vl|base|coder)", "hf", "a Qwen3 VL, base or coder model: its own chat template"),
+    (r"qwen3.*instruct", "qwen3_instruct", "a Qwen3 instruct(-2507) model, which does not think"),
+    (r"qwen3.*thinking", "qwen3_thinking", "a Qwen3 thinking(-2507) model"),
+    (r"qwen3", "qwen3", "a Qwen3 hybrid model, thinking on as its template defaults"),
     (r"llama-?3(\.\d)?.*instruct", "llama3", "a Llama 3.x instruct model"),
 )
 
