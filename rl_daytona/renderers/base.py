@@ -20,6 +20,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
+from rl_daytona.policy.chat import ChatFormatError
 from rl_daytona.policy.protocol import Choice
 from rl_daytona.agent import BASH_TOOL  # noqa: F401 - the one tool, re-exported for renderers
 
@@ -60,8 +61,10 @@ class Renderer(Protocol):
     def choice(self, tokens: Sequence[int], logprobs: Sequence[float], stop_reason: str) -> Choice: ...
 
 
-class RendererError(ValueError):
-    """A conversation a renderer cannot encode (wrong shape), or sampler output of the wrong length."""
+class RendererError(ChatFormatError):
+    """A conversation a renderer cannot encode (wrong shape), or sampler output of the wrong length.
+
+    A `ChatFormatError`, so the sampling endpoint answers it with HTTP 400 and one line."""
 
 
 def content_text(message: Mapping[str, Any]) -> str:
