@@ -135,6 +135,15 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Write RUNDIR/report.html (one self-contained page, figures inline) and "
                                     "the figures as RUNDIR/report-*.png, from whatever the run folder holds.")
     rp.add_argument("rundir", type=Path, help="a run folder written by eval or train")
+    sh = sub.add_parser("show", help="print one rollout as the model saw it, spans marked trained / not trained",
+                        description="Print one rollout of RUNDIR/rollouts.jsonl: its stored token ids decoded span "
+                                    "by span, each marked trained (sampled) or not trained (prompt, tool output), "
+                                    "one block per datum, and the reward.")
+    sh.add_argument("rundir", type=Path, help="a run folder written by eval or train")
+    sh.add_argument("--rollout", default=None, help="rollout id (default: the first one with token ids)")
+    sh.add_argument("--tokenizer", default=None,
+                    help="tokenizer to decode with: a Hugging Face model name or a local folder (default: the "
+                         "built-in vocabulary for a built-in run)")
     from rl_daytona.daytona_sim.cli import add_parser as add_daytona_sim_parser
     add_daytona_sim_parser(sub)
     _add_reap(sub)
@@ -175,9 +184,11 @@ def _limits(args: argparse.Namespace) -> SandboxLimits:
 
 
 def _eval_config(args: argparse.Namespace) -> "EvalConfig":
+    from rl_daytona.endpoint_check import preflight
     from rl_daytona.eval import EvalConfig
     from rl_daytona.pool import PoolConfig
 
+    preflight(args.policy, args.model, need_token_ids=False)  # a dead URL or unknown model: one line, exit 2
     return EvalConfig(out=args.out, taskset=args.taskset, split=args.split, group=args.group,
                       max_concurrent=args.max_concurrent, backend=args.backend, isolation=args.isolation,
                       policy=args.policy, rollout_actors=args.rollout_actors, settings=_settings(args),
@@ -200,9 +211,11 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from rl_daytona.endpoint_check import preflight
     from rl_daytona.pool import PoolConfig
     from rl_daytona.train import TrainConfig, run_train
 
+    preflight(args.policy, args.model, need_token_ids=True)  # no token ids: refuse before any sandbox
     if args.policy != "builtin":
         raise ValueError("train drives the built-in model service (sampling and training); --policy must be builtin")
     if not (math.isfinite(args.chunk_mb) and args.chunk_mb > 0):
@@ -249,6 +262,13 @@ def _reap(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show(args: argparse.Namespace) -> int:
+    from rl_daytona.show import show
+
+    show(args.rundir, args.rollout, args.tokenizer)
+    return 0
+
+
 def _report(args: argparse.Namespace) -> int:
     from rl_daytona.report import write_report
 
@@ -265,8 +285,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if getattr(args, "address", None):
         os.environ["RAY_ADDRESS"] = args.address  # ray_join and Ray itself read it
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM cleans up like Ctrl-C (again after ray.init)
-    commands = {"eval": _eval, "train": _train, "report": _report, "daytona-sim": _daytona_sim, "reap": _reap,
-                "bench": _bench, "tasks": _tasks}
+    commands = {"eval": _eval, "train": _train, "report": _report, "show": _show, "daytona-sim": _daytona_sim,
+                "reap": _reap, "bench": _bench, "tasks": _tasks}
     try:
         code = commands[args.command](args)
     except BackendAuthError as exc:  # Ray wraps it when it came from an actor: print the cause's one line
