@@ -11,7 +11,7 @@ import math
 import signal
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from rl_daytona.types import SandboxLimits, Settings
 
@@ -93,6 +93,24 @@ def _add_run_flags(p: argparse.ArgumentParser) -> None:
                    help="do not size a Daytona warm pool to the batch (cold creates only)")
 
 
+def _add_trainer_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trainer", default="tinker", choices=["tinker"],
+                   help="training service, through its SDK (default tinker; without --tinker-url: the local "
+                        "Tinker-compatible service with the built-in model, started for the run)")
+    p.add_argument("--base-model", default="builtin", help="model to train and sample (default builtin)")
+    p.add_argument("--lora-rank", type=_positive_int, default=32, help="LoRA rank of the training client")
+    p.add_argument("--renderer", default="auto", help="chat template between messages and tokens (auto, builtin)")
+    p.add_argument("--tinker-url", default=None,
+                   help="Tinker service URL (key from TINKER_API_KEY); default: the local service for the run")
+
+
+def _trainer(args: argparse.Namespace) -> Any:
+    from rl_daytona.tinker_run import TinkerTarget
+
+    return TinkerTarget(url=args.tinker_url, base_model=args.base_model, lora_rank=args.lora_rank,
+                        renderer=args.renderer)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="rl-daytona", description=(
         "Run reinforcement-learning coding environments at scale: sandboxes, agents, pytest graders."))
@@ -120,10 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--off-policy", type=int, default=0,
                     help="overlap step t+1's rollouts with step t's training; drop rollouts older than this many versions")
     tr.add_argument("--seed", type=int, default=0, help="seed for task sampling and the policy's sampler")
-    tr.add_argument("--resume", type=Path, default=None,
+    tr.add_argument("--resume", default=None, metavar="RUNDIR|tinker://...",
                     help="continue a stopped run: with --out the same RUNDIR, pick up at the step after the last one "
                          "in RUNDIR/metrics.jsonl (its checkpoint, appending to its files; --steps is the total); "
-                         "with another --out, start a new run from RUNDIR's saved policy (weights, Adam state, version)")
+                         "with another --out, start a new run from RUNDIR's last checkpoint, or from a tinker:// "
+                         "checkpoint (weights and Adam state)")
+    _add_trainer_flags(tr)
     _add_run_flags(tr)
     rp = sub.add_parser("report", help="write RUNDIR/report.html: curves, variants, group spread, timings",
                         description="Write RUNDIR/report.html (one self-contained page, figures inline) and "
@@ -131,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("rundir", type=Path, help="a run folder written by eval or train")
     from rl_daytona.daytona_sim.cli import add_parser as add_daytona_sim_parser
     add_daytona_sim_parser(sub)
+    from rl_daytona.tinker_sim.cli import add_parser as add_tinker_sim_parser
+    add_tinker_sim_parser(sub)
     _add_reap(sub)
     from rl_daytona.bench.cli import add_parser as add_bench_parser
     add_bench_parser(sub)
@@ -191,7 +213,7 @@ def _train(args: argparse.Namespace) -> int:
     from rl_daytona.train import TrainConfig, run_train
 
     if args.policy != "builtin":
-        raise ValueError("train drives the built-in model service (sampling and training); --policy must be builtin")
+        raise ValueError("train samples from its trainer (--trainer tinker, --base-model); --policy must be builtin")
     if not (math.isfinite(args.chunk_mb) and args.chunk_mb > 0):
         raise ValueError(f"--chunk-mb must be positive, got {args.chunk_mb}")
     cfg = TrainConfig(out=args.out, taskset=args.taskset, steps=args.steps, tasks_per_step=args.tasks_per_step,
@@ -202,14 +224,21 @@ def _train(args: argparse.Namespace) -> int:
                       rollout_actors_per_node=args.rollout_actors_per_node or 0,
                       rollout_concurrency=args.rollout_concurrency or 0,
                       backend=args.backend, isolation=args.isolation, settings=_settings(args),
-                      limits=_limits(args), pool=PoolConfig(warm_size=args.warm_size), resume=args.resume,
-                      daytona=_daytona_options(args))
+                      limits=_limits(args), pool=PoolConfig(warm_size=args.warm_size),
+                      resume=Path(args.resume) if args.resume and "://" not in args.resume else args.resume,
+                      daytona=_daytona_options(args), trainer=_trainer(args))
     run_train(cfg)
     return 0
 
 
 def _daytona_sim(args: argparse.Namespace) -> int:
     from rl_daytona.daytona_sim.cli import run
+
+    return run(args)
+
+
+def _tinker_sim(args: argparse.Namespace) -> int:
+    from rl_daytona.tinker_sim.cli import run
 
     return run(args)
 
@@ -245,6 +274,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM cleans up like Ctrl-C (again after ray.init)
     commands = {"eval": _eval, "train": _train, "report": _report, "daytona-sim": _daytona_sim, "reap": _reap,
+                "tinker-sim": _tinker_sim,
                 "bench": _bench}
     try:
         code = commands[args.command](args)

@@ -30,6 +30,12 @@ STEP_KEYS = {
 FAST_RETRY = RetryPolicy(max_consecutive_failures=10, backoff=0.01)
 
 
+def checkpoint_file(out: Path, path: str) -> Path:
+    """The file the run's local Tinker service wrote a `tinker://run/kind/name` checkpoint to."""
+    run, kind, name = path[len("tinker://"):].split("/")
+    return out / "tinker" / run.replace(":", "_") / kind / f"{name}.json"
+
+
 @pytest.mark.usefixtures("ray_session")
 def test_train_end_to_end_trains_the_served_policy(tmp_path: Path) -> None:
     steps, tasks_per_step, group, eval_group = 3, 2, 4, 2
@@ -65,19 +71,16 @@ def test_train_end_to_end_trains_the_served_policy(tmp_path: Path) -> None:
         assert calls == ({"attempts": m["chunks"] + 2, "failures": 0, "retries": 0} if m["trained"]
                          else {"attempts": 0, "failures": 0, "retries": 0})
         if m["trained"]:  # each trained step's state is saved before its line is written
-            assert m["checkpoint"] == str(out / "checkpoints" / f"step-{m['step']:06d}")
+            assert m["checkpoint"].startswith("tinker://") and m["checkpoint"].endswith(f"/weights/step-{m['step']:06d}")
     assert trained_before >= 1, "no step trained: every group agreed in every step"
     last = step_lines[-1]["checkpoint"]
-    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [f"{Path(last).name}.json",
-                                                                         f"{Path(last).name}.npz"]
-    assert json.loads(Path(last + ".json").read_text())["version"] == trained_before
+    assert json.loads(checkpoint_file(out, last).read_text())["version"] == trained_before
     assert step_lines[-1]["heldout_pass_rate"] is not None
     assert all(m["heldout_pass_rate"] is None for m in step_lines[:-1])
 
-    # the saved policy is the served one after the last step
-    assert summary["policy_saved"] == str(out / "policy")
-    meta = json.loads((out / "policy.json").read_text())
-    assert meta["version"] == trained_before and (out / "policy.npz").exists()
+    # the saved policy is the trained one after the last step, a checkpoint of the local Tinker service
+    assert summary["policy_saved"].startswith("tinker://") and summary["policy_saved"].endswith("/weights/policy")
+    assert json.loads(checkpoint_file(out, summary["policy_saved"]).read_text())["version"] == trained_before
 
     # every rollout carries the version that sampled it: the weights of the step it belongs to
     records = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]

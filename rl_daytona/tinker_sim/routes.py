@@ -77,7 +77,7 @@ async def _once(request: web.Request, model: TrainingModel, seq: int | None,
 
 # -- service ------------------------------------------------------------------------------------
 async def healthz(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
+    return web.json_response({"status": "ok", "service": "tinker-sim"})
 
 
 async def capabilities(request: web.Request) -> web.Response:
