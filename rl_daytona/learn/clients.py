@@ -137,8 +137,11 @@ class TinkerTrainingClient:
         try:
             return await asyncio.to_thread(run)
         except Exception as exc:  # noqa: BLE001 - the SDK raises many types; one line for all
-            message = " ".join(str(exc).split())[:200]  # an SDK error can carry a whole HTML page
-            raise TrainingCallError(f"tinker {what} failed: {type(exc).__name__}: {message}") from None
+            message = " ".join(str(exc).split())[:300]  # an SDK error can carry a whole HTML page
+            status = getattr(exc, "status_code", None)  # a refused request (4xx but 408/429) is not worth repeating
+            refused = isinstance(status, int) and 400 <= status < 500 and status not in (408, 429)
+            raise TrainingCallError(f"tinker {what} failed: {type(exc).__name__}: {message}",
+                                    retryable=not refused) from None
 
     async def forward_backward(self, datums: Sequence[Datum], loss_fn: str = "importance_sampling",
                                loss_fn_config: dict[str, float] | None = None) -> ForwardBackwardResult:

@@ -3,7 +3,9 @@
     Faults(rate_limit=2)     the next 2 calls of a matching route answer 429 with Retry-After
     Faults(server_error=3)   the next 3 answer 500 (before doing anything)
     Faults(lost_reply=1)     the next one is APPLIED, then answered 500 as if the reply was lost
-    Faults(slow_future=4)    the next future answers `try_again` to its first 4 retrievals
+    Faults(slow_future=4, slow_futures=1)  the next future answers `try_again` to its first 4 retrievals
+    Faults(failed_future=2)  the next 2 calls are NOT applied and their futures fail (the SDK
+                             raises RequestFailedError; the caller's retry is a new call)
 
 Invariant: a fault fires on the routes `routes` names (default: the training and sampling
 calls), each counter is spent one call at a time, and `fired` counts what fired, so a test
@@ -24,9 +26,10 @@ class Faults:
     rate_limit: int = 0
     server_error: int = 0
     lost_reply: int = 0
+    failed_future: int = 0
     slow_future: int = 0  # try_again answers per affected future
     slow_futures: int = 0  # how many futures are slow
-    retry_after: float = 0.05  # seconds, in the 429's Retry-After
+    retry_after: float = 0.05  # seconds, in the Retry-After of a 429 or an injected 500
     routes: tuple[str, ...] = TRAINING_ROUTES
     fired: dict[str, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)

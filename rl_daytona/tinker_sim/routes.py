@@ -63,6 +63,9 @@ async def _once(request: web.Request, model: TrainingModel, seq: int | None,
     """Apply a training call once per (model, seq_id), off the event loop; its future's id."""
     def run() -> dict[str, Any]:
         with model.lock:
+            if request.app[FAULTS].take("failed_future", _route(request)):  # refused before applying
+                failed = Future(error="the call failed on the service (injected); it was not applied")
+                return {"request_id": request.app[STATE].add_future(failed), "model_id": model.model_id}
             if seq is not None and seq in model.seen:
                 request.app[STATE].count("replayed")
                 return {"request_id": model.seen[seq], "model_id": model.model_id}

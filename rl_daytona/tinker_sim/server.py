@@ -8,7 +8,8 @@
 Invariant: every request is answered and (with a log) logged as one JSON line
 `{"method", "path", "status", "ms"}` — never a header, so no key reaches the log. A request
 without an `X-API-Key` (or, with `api_key` set, with another one) is 401; an injected fault
-answers before the call is applied (429 with Retry-After, 500) or after it (a lost reply: 500).
+answers before the call is applied (429 with Retry-After, 500, a failed future) or after it
+(a lost reply: 500).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from rl_daytona.tinker_sim.state import NotFound, SimState
 SIM_API_KEY = "tml-tinker-sim-local"  # the SDK wants a `tml-` key; the sim accepts any unless told one
 log = logging.getLogger(__name__)
 LOG_FILE = web.AppKey("log_file", object)
+API_KEY = web.AppKey("api_key", str)
 
 
 @dataclass
@@ -46,12 +48,13 @@ class SimConfig:
     faults: Faults = field(default_factory=Faults)
 
 
-def _detail(message: str, status: int) -> web.Response:
-    return web.json_response({"detail": message}, status=status)
+def _detail(message: str, status: int, retry_after: float | None = None) -> web.Response:
+    headers = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else None
+    return web.json_response({"detail": message}, status=status, headers=headers)
 
 
 async def _handle(request: web.Request, handler: R.Handler) -> web.StreamResponse:
-    key, want = request.headers.get("X-API-Key", ""), request.app["api_key"]
+    key, want = request.headers.get("X-API-Key", ""), request.app[API_KEY]
     if request.path != "/api/v1/healthz" and (not key.startswith("tml-") or (want and key != want)):
         return _detail("missing or wrong X-API-Key", 401)
     faults, route = request.app[R.FAULTS], R._route(request)
@@ -59,7 +62,7 @@ async def _handle(request: web.Request, handler: R.Handler) -> web.StreamRespons
         return web.json_response({"detail": "rate limited (injected)"}, status=429,
                                  headers={"Retry-After": f"{faults.retry_after:g}"})
     if faults.take("server_error", route):
-        return _detail("internal error (injected)", 500)
+        return _detail("internal error (injected)", 500, faults.retry_after)
     try:
         response = await handler(request)
     except TrainingError as exc:
@@ -72,7 +75,7 @@ async def _handle(request: web.Request, handler: R.Handler) -> web.StreamRespons
         log.exception("tinker-sim: %s failed", request.path)
         return _detail(f"internal error: {type(exc).__name__}: {exc}", 500)
     if faults.take("lost_reply", route):  # applied, but the client never hears so
-        return _detail("reply lost (injected, the call WAS applied)", 500)
+        return _detail("reply lost (injected, the call WAS applied)", 500, faults.retry_after)
     return response
 
 
@@ -92,7 +95,7 @@ async def _logged(request: web.Request, handler: R.Handler) -> web.StreamRespons
 def build_app(config: SimConfig, log_file: IO[str] | None = None) -> web.Application:
     app = web.Application(middlewares=[_logged], client_max_size=256 * 1024 * 1024)
     app[R.STATE], app[R.FAULTS], app[LOG_FILE] = SimState(config.state_dir), config.faults, log_file
-    app["api_key"] = config.api_key
+    app[API_KEY] = config.api_key or ""
     api = "/api/v1"
     app.router.add_get(f"{api}/healthz", R.healthz)
     app.router.add_get(f"{api}/get_server_capabilities", R.capabilities)
