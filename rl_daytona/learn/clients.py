@@ -109,6 +109,7 @@ class TinkerTrainingClient:
     def __init__(self, training_client: Any, sampler_weights: bool = True) -> None:
         self.training_client = training_client
         self.service: Any = None  # the ServiceClient that made it (closed with it), when `connect` did
+        self._open: Any = None  # () -> the SDK training client, when `connect` deferred making it
         self.sampler_weights = sampler_weights
         self._version = 0
         self._unsaved: dict[str, float] | None = None  # metrics of a step applied but not yet saved for sampling
@@ -117,21 +118,27 @@ class TinkerTrainingClient:
     def connect(cls, base_url: str | None, api_key: str | None, base_model: str, rank: int = 32,
                 resume: str | None = None, version: int = 0) -> "TinkerTrainingClient":
         """A LoRA training client on `base_model`, or (with `resume`, a `tinker://` checkpoint)
-        one loaded from that checkpoint with its optimizer state; `version` is its policy version."""
-        import tinker
-
-        service = tinker.ServiceClient(base_url=base_url, api_key=api_key)
-        if resume:
-            client = service.create_training_client_from_state_with_optimizer(resume).result()
-        else:
-            client = service.create_lora_training_client(base_model=base_model, rank=rank).result()
-        made = cls(client)
-        made._version, made.service = version, service
+        one loaded from that checkpoint with its optimizer state; `version` is its policy version.
+        The SDK client is made by the first call, off the event loop (its constructor blocks)."""
+        made = cls(None)
+        made._version = version
+        made._open = lambda: made._connect(base_url, api_key, base_model, rank, resume)
         return made
 
-    async def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    def _connect(self, base_url: str | None, api_key: str | None, base_model: str, rank: int,
+                 resume: str | None) -> Any:
+        import tinker
+
+        self.service = tinker.ServiceClient(base_url=base_url, api_key=api_key)
+        if resume:
+            return self.service.create_training_client_from_state_with_optimizer(resume).result()
+        return self.service.create_lora_training_client(base_model=base_model, rank=rank).result()
+
+    async def _call(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
         def run() -> Any:
-            future = fn(*args, **kwargs)
+            if self.training_client is None:
+                self.training_client = self._open()
+            future = getattr(self.training_client, method)(*args, **kwargs)
             return future.result() if hasattr(future, "result") else future
 
         try:
@@ -146,7 +153,7 @@ class TinkerTrainingClient:
     async def forward_backward(self, datums: Sequence[Datum], loss_fn: str = "importance_sampling",
                                loss_fn_config: dict[str, float] | None = None) -> ForwardBackwardResult:
         data = [to_tinker_datum(d) for d in datums]
-        out = await self._call("forward_backward", self.training_client.forward_backward, data, loss_fn,
+        out = await self._call("forward_backward", "forward_backward", data, loss_fn,
                                loss_fn_config)
         metrics = {k: float(v) for k, v in (getattr(out, "metrics", None) or {}).items()}
         nbytes = sum(d.nbytes for d in datums)
@@ -160,13 +167,13 @@ class TinkerTrainingClient:
         params = types.AdamParams(learning_rate=adam.learning_rate, beta1=adam.beta1, beta2=adam.beta2,
                                   eps=adam.eps, weight_decay=adam.weight_decay)
         if self._unsaved is None:
-            out = await self._call("optim_step", self.training_client.optim_step, params)
+            out = await self._call("optim_step", "optim_step", params)
             self._version += 1
             self._unsaved = {k: float(v) for k, v in (getattr(out, "metrics", None) or {}).items()}
         path = ""
         if self.sampler_weights:  # the sampler serves new weights only once they are saved for it
             # a failure here leaves `_unsaved` set: the Learner's retry saves again, it does not step twice
-            saved = await self._call("save_weights_for_sampler", self.training_client.save_weights_for_sampler,
+            saved = await self._call("save_weights_for_sampler", "save_weights_for_sampler",
                                      f"step-{self._version:06d}")
             path = str(getattr(saved, "path", "") or "")
         metrics, self._unsaved = self._unsaved, None
@@ -176,16 +183,16 @@ class TinkerTrainingClient:
         """Save under the last part of `name` made a Tinker checkpoint name (`runs/x/step-000001`
         -> `step-000001`: the service keeps each training run's checkpoints apart)."""
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", name.rstrip("/").rsplit("/", 1)[-1]).strip("_") or "policy"
-        out = await self._call("save_state", self.training_client.save_state, name)
+        out = await self._call("save_state", "save_state", name)
         return str(getattr(out, "path", name))
 
     async def load_state(self, path: str) -> int:
-        await self._call("load_state", self.training_client.load_state, path)
+        await self._call("load_state", "load_state", path)
         return self._version
 
     async def save_for_sampler(self, name: str) -> str:
         """Save the current weights for sampling; their `tinker://` path."""
-        saved = await self._call("save_weights_for_sampler", self.training_client.save_weights_for_sampler, name)
+        saved = await self._call("save_weights_for_sampler", "save_weights_for_sampler", name)
         return str(getattr(saved, "path", "") or "")
 
     async def close(self) -> None:

@@ -64,6 +64,7 @@ async def _once(request: web.Request, model: TrainingModel, seq: int | None,
     def run() -> dict[str, Any]:
         with model.lock:
             if request.app[FAULTS].take("failed_future", _route(request)):  # refused before applying
+                request["not_applied"] = True
                 failed = Future(error="the call failed on the service (injected); it was not applied")
                 return {"request_id": request.app[STATE].add_future(failed), "model_id": model.model_id}
             if seq is not None and seq in model.seen:

@@ -74,6 +74,7 @@ async def asample(request: web.Request) -> web.Response:
     if not 1 <= n <= 64:
         raise TrainingError(f"num_samples must be 1..64, got {n}")
     if request.app[FAULTS].take("failed_future", "asample"):  # refused before drawing anything
+        request["not_applied"] = True
         failed = state.add_future(Future(error="the sample failed on the service (injected)"))
         return web.json_response({"request_id": failed, "sample_sequence_ids": [f"{failed}:{i}" for i in range(n)]})
     if seq is not None and seq in sampler.seen:
