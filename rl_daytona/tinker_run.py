@@ -76,14 +76,14 @@ def api_key_for(target: TinkerTarget, is_sim: bool) -> str:
 def check_target(target: TinkerTarget) -> str:
     """Check what can be checked before the run starts; the API key to use (URL None: the
     local service's). One ValueError line when the run cannot train there."""
-    resolve_renderer(target.renderer, target.base_model)
     if target.lora_rank < 1:
         raise ValueError(f"--lora-rank must be at least 1, got {target.lora_rank}")
-    if target.url is None:
-        if target.base_model != BUILTIN:
-            from rl_daytona.tinker_sim.state import unknown_model_message
+    if target.url is None and target.base_model != BUILTIN:
+        from rl_daytona.tinker_sim.state import unknown_model_message
 
-            raise ValueError(unknown_model_message(target.base_model) + "; train elsewhere with --tinker-url URL")
+        raise ValueError(unknown_model_message(target.base_model) + "; train elsewhere with --tinker-url URL")
+    resolve_renderer(target.renderer, target.base_model)
+    if target.url is None:
         return api_key_for(target, is_sim=True)
     base = target.url.rstrip("/")
     try:
