@@ -120,6 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
                                     "print pass rates per task with the spread inside each group.")
     ev.add_argument("--split", default="heldout", help="split of the taskset ('train', 'heldout', 'all')")
     ev.add_argument("--group", type=_positive_int, default=8, help="attempts per task (one group per task)")
+    ev.add_argument("--base-model", default=None, help="sample this model through the tinker SDK (builtin: the local "
+                                                     "Tinker-compatible service; others need --tinker-url)")
+    ev.add_argument("--model-path", default=None, metavar="tinker://...", help="sample a saved tinker:// checkpoint")
+    ev.add_argument("--tinker-url", default=None, help="Tinker service URL (key from TINKER_API_KEY)")
+    ev.add_argument("--renderer", default="auto", help="chat template between messages and tokens (auto, builtin)")
     _add_run_flags(ev)
     tr = sub.add_parser("train", help="train the built-in policy on a taskset's train split with group-relative RL",
                         description="Sample tasks from the train split each step, run GROUP attempts of each, "
@@ -198,7 +203,7 @@ def _eval(args: argparse.Namespace) -> int:
                      rollout_actors_per_node=args.rollout_actors_per_node or 0,
                      rollout_concurrency=args.rollout_concurrency or 0,
                      limits=_limits(args), pool=PoolConfig(warm_size=args.warm_size),
-                     daytona=_daytona_options(args))
+                     daytona=_daytona_options(args), tinker=_eval_tinker(args), model_path=args.model_path)
     summary = run_eval(cfg)
     infra = summary["counts_by_status"].get("infra_error", 0)
     if infra:
@@ -206,6 +211,19 @@ def _eval(args: argparse.Namespace) -> int:
               f"(see {args.out / 'rollouts.jsonl'})", file=sys.stderr)
         return 3
     return 0
+
+
+def _eval_tinker(args: argparse.Namespace) -> Any:
+    """Where eval samples through Tinker (None: the --policy endpoint)."""
+    if args.base_model is None and args.model_path is None and args.tinker_url is None:
+        return None
+    if args.policy != "builtin":
+        raise ValueError("--policy and --base-model/--model-path/--tinker-url name two policies; pass one")
+    if args.model_path is not None and not args.model_path.startswith("tinker://"):
+        raise ValueError(f"--model-path {args.model_path!r} is not a tinker:// path")
+    from rl_daytona.tinker_run import TinkerTarget
+
+    return TinkerTarget(url=args.tinker_url, base_model=args.base_model or "builtin", renderer=args.renderer)
 
 
 def _train(args: argparse.Namespace) -> int:

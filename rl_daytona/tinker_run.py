@@ -2,14 +2,15 @@
 
     target = TinkerTarget(url=None | "https://...", base_model="builtin", lora_rank=32, renderer="auto")
     check_target(target)                       # one ValueError line, before any sandbox exists
-    with open_trainer(target, state_dir) as trainer:
+    with open_trainer(target, model_path=None) as trainer:
         trainer.url                            # the agents' OpenAI-compatible endpoint (SamplingClient behind it)
         trainer.training_client(resume, version)  # () -> TinkerTrainingClient, built inside the Learner
 
 Invariant: a run has one training path and one sampling path, the `tinker` SDK's TrainingClient
 and SamplingClient; hosted Tinker and the local service differ only in URL, key and model
 name. Without a URL the local service (tinker-sim, the built-in model) runs as a child process
-for the run, its checkpoints under `state_dir`. A hosted URL without TINKER_API_KEY, a service
+for the run, its checkpoints in one folder shared by every run on this machine
+(`local_state_dir()`), so a `tinker://` path from one run resolves in the next, as on Tinker. A hosted URL without TINKER_API_KEY, a service
 that does not answer, a base model it does not offer and an unknown renderer are each one
 ValueError line. The key goes to the SDK only (never to a sandbox, log or run folder).
 """
@@ -81,7 +82,7 @@ def check_target(target: TinkerTarget) -> str:
     if target.url is None and target.base_model != BUILTIN:
         from rl_daytona.tinker_sim.state import unknown_model_message
 
-        raise ValueError(unknown_model_message(target.base_model) + "; train elsewhere with --tinker-url URL")
+        raise ValueError(unknown_model_message(target.base_model) + "; for another model pass --tinker-url URL")
     resolve_renderer(target.renderer, target.base_model)
     if target.url is None:
         return api_key_for(target, is_sim=True)
@@ -108,15 +109,15 @@ def check_target(target: TinkerTarget) -> str:
 class Trainer:
     """The run's Tinker connection: the sampling endpoint (`url`) and the training client factory."""
 
-    def __init__(self, target: TinkerTarget, state_dir: Path) -> None:
+    def __init__(self, target: TinkerTarget, model_path: str | None = None) -> None:
         self.target, self._closers = target, []  # type: ignore[var-annotated]
         try:
-            self._open(target, state_dir)
+            self._open(target, model_path)
         except BaseException:
             self.close()
             raise
 
-    def _open(self, target: TinkerTarget, state_dir: Path) -> None:
+    def _open(self, target: TinkerTarget, model_path: str | None) -> None:
         import tinker
 
         from rl_daytona.policy.tinker_sampler import SamplerServer, TinkerSamplingService
@@ -126,13 +127,21 @@ class Trainer:
         if target.url is None:
             from rl_daytona.policy.launch import spawn_server
 
-            sim = spawn_server(["-m", "rl_daytona.tinker_sim.server", "--port", "0", "--state-dir", str(state_dir)],
+            sim = spawn_server(["-m", "rl_daytona.tinker_sim.server", "--port", "0",
+                                "--state-dir", str(local_state_dir())],
                                None, 60.0, "the local Tinker-compatible service")
             self._closers.append(sim.close)
             self.base_url = sim.url
         self.service = tinker.ServiceClient(base_url=self.base_url, api_key=self.key)
         self._closers.append(lambda: self.service.close("success").result(30))
-        sampler = self.service.create_sampling_client(base_model=target.base_model).result()
+        if model_path is not None and not model_path.startswith("tinker://"):
+            raise ValueError(f"--model-path {model_path!r} is not a tinker:// path")
+        try:
+            sampler = (self.service.create_sampling_client(model_path=model_path) if model_path
+                       else self.service.create_sampling_client(base_model=target.base_model)).result()
+        except Exception as exc:  # noqa: BLE001 - the SDK's many error types: one line
+            raise ValueError(f"cannot sample {model_path or target.base_model} on {target.where}: "
+                             f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}") from None
         make = functools.partial(_sampling_client, self.service)
         server = SamplerServer(TinkerSamplingService(sampler, resolve_renderer(target.renderer, target.base_model),
                                                      make_sampling_client=make), host=_host())
@@ -173,5 +182,13 @@ def _host() -> str:
     return "127.0.0.1"
 
 
-def open_trainer(target: TinkerTarget, state_dir: Path) -> Trainer:
-    return Trainer(target, state_dir)
+def local_state_dir() -> Path:
+    """Where the local Tinker-compatible service keeps checkpoints: one folder per machine (cache)."""
+    from rl_daytona.backends.sandbox_support import cache_dir
+
+    return cache_dir() / "tinker"
+
+
+def open_trainer(target: TinkerTarget, model_path: str | None = None) -> Trainer:
+    """The run's Tinker connection, sampling `model_path` (a tinker:// checkpoint) or the base model."""
+    return Trainer(target, model_path)

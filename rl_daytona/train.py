@@ -420,7 +420,7 @@ def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any
         if cfg.policy_server is not None:
             server = stack.enter_context(cfg.policy_server())
         else:
-            server = stack.enter_context(open_trainer(cfg.trainer, _adopt_checkpoints(cfg)))
+            server = stack.enter_context(open_trainer(cfg.trainer))
             training = training or server.training_client(start.checkpoint, start.version)
         sink = RolloutSink(cfg.out / "rollouts.jsonl")
         stack.callback(sink.close)
@@ -472,17 +472,6 @@ def _tinker_checkpoint(resume: Path | str, checkpoint: str | None) -> None:
     if checkpoint and not checkpoint.startswith("tinker://"):
         raise ValueError(f"--resume {resume}: its checkpoint {checkpoint} is not a tinker:// path "
                          "(a run from before training went through Tinker)")
-
-
-def _adopt_checkpoints(cfg: TrainConfig) -> Path:
-    """The local service's checkpoint folder (RUNDIR/tinker), holding a resumed run's files."""
-    import shutil
-
-    state_dir = cfg.out / "tinker"
-    prior = Path(str(cfg.resume)) / "tinker" if cfg.resume and not str(cfg.resume).startswith("tinker://") else None
-    if prior is not None and prior.is_dir() and prior.resolve() != state_dir.resolve():
-        shutil.copytree(prior, state_dir, dirs_exist_ok=True)
-    return state_dir
 
 
 def _keep_what_was_done(cfg: TrainConfig, failed: TrainingStepFailed, run_id: str) -> TrainingCallError:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from rl_daytona.learn.retry import RetryPolicy
+from rl_daytona.tinker_run import local_state_dir
 from rl_daytona.train import TrainConfig, run_train
 from rl_daytona.types import Settings
 
@@ -73,13 +74,13 @@ def test_train_end_to_end_trains_the_served_policy(tmp_path: Path) -> None:
             assert m["checkpoint"].startswith("tinker://") and m["checkpoint"].endswith(f"/weights/step-{m['step']:06d}")
     assert trained_before >= 1, "no step trained: every group agreed in every step"
     last = step_lines[-1]["checkpoint"]
-    assert json.loads(checkpoint_file(out / "tinker", last).read_text())["version"] == trained_before
+    assert json.loads(checkpoint_file(local_state_dir(), last).read_text())["version"] == trained_before
     assert step_lines[-1]["heldout_pass_rate"] is not None
     assert all(m["heldout_pass_rate"] is None for m in step_lines[:-1])
 
     # the saved policy is the trained one after the last step, a checkpoint of the local Tinker service
     assert summary["policy_saved"].startswith("tinker://") and summary["policy_saved"].endswith("/weights/policy")
-    assert json.loads(checkpoint_file(out / "tinker", summary["policy_saved"]).read_text())["version"] == trained_before
+    assert json.loads(checkpoint_file(local_state_dir(), summary["policy_saved"]).read_text())["version"] == trained_before
 
     # every rollout carries the version that sampled it: the weights of the step it belongs to
     records = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
