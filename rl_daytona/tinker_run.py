@@ -64,9 +64,12 @@ def _get(url: str, key: str | None = None, timeout: float = 10.0) -> dict[str, A
 
 
 def api_key_for(target: TinkerTarget, is_sim: bool) -> str:
-    """TINKER_API_KEY; the local service's own key for the local service when it is unset."""
+    """The local service started for the run: its own key (a user's Tinker key never goes to it).
+    A URL: TINKER_API_KEY; for a tinker-sim at that URL, its own key when TINKER_API_KEY is unset."""
     from rl_daytona.tinker_sim.server import SIM_API_KEY
 
+    if target.url is None:
+        return SIM_API_KEY
     key = os.environ.get("TINKER_API_KEY") or ""
     if key or is_sim:
         return key or SIM_API_KEY

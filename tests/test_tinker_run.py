@@ -63,7 +63,8 @@ def test_renderers_are_looked_up_in_one_place() -> None:
         resolve_renderer("chatml", "builtin")
 
 
-def test_the_local_service_serves_only_the_built_in_model() -> None:
+def test_the_local_service_serves_only_the_built_in_model(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="serves only its built-in model 'builtin'"):
         check_target(TinkerTarget(base_model="Qwen/Qwen3-8B"))
-    assert check_target(TinkerTarget()).startswith("tml-")
+    monkeypatch.setenv("TINKER_API_KEY", "tml-the-users-real-key")
+    assert check_target(TinkerTarget()) == "tml-tinker-sim-local", "a real key never goes to the local service"
