@@ -11,6 +11,7 @@ Only the built-in model is served (`BASE_MODEL`); any other name is refused with
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 import uuid
@@ -76,14 +77,15 @@ class SimState:
         self.base = PolicyModel()  # the untrained weights every new model and base sampler starts from
         self.lock = threading.Lock()
         self.counts: dict[str, int] = {}
+        self._prefix, self._ids = uuid.uuid4().hex[:12], itertools.count(1)  # future ids: unique, cheap
 
     def count(self, what: str) -> None:
         self.counts[what] = self.counts.get(what, 0) + 1
 
     # -- futures -------------------------------------------------------------------------------
     def add_future(self, future: Future) -> str:
-        request_id = uuid.uuid4().hex
         with self.lock:
+            request_id = f"{self._prefix}-{next(self._ids)}"
             self.futures[request_id] = future
             while len(self.futures) > _MAX_FUTURES:
                 self.futures.popitem(last=False)
