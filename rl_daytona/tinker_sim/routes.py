@@ -30,6 +30,7 @@ from rl_daytona.tinker_sim.state import BASE_MODEL, Future, SimState, TrainingMo
 
 STATE = web.AppKey("state", SimState)
 FAULTS = web.AppKey("faults", Faults)
+NOT_APPLIED = web.RequestKey("not_applied", bool)  # a failed future: no lost reply after it
 PROTO = "application/x-protobuf"
 CLIENT_CONFIG = {"pjwt_auth_enabled": False, "use_pyqwest_transport": False, "parallel_fwdbwd_chunks": False,
                  "proto_compress_fwdbwd": False, "sample_use_retrieve_futures": False,
@@ -64,7 +65,7 @@ async def _once(request: web.Request, model: TrainingModel, seq: int | None,
     def run() -> dict[str, Any]:
         with model.lock:
             if request.app[FAULTS].take("failed_future", _route(request)):  # refused before applying
-                request["not_applied"] = True
+                request[NOT_APPLIED] = True
                 failed = Future(error="the call failed on the service (injected); it was not applied")
                 return {"request_id": request.app[STATE].add_future(failed), "model_id": model.model_id}
             if seq is not None and seq in model.seen:

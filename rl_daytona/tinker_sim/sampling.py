@@ -21,7 +21,7 @@ from aiohttp import web
 from rl_daytona.policy import vocab as V
 from rl_daytona.policy.training import TrainingError
 from rl_daytona.tinker_sim import wire
-from rl_daytona.tinker_sim.routes import FAULTS, PROTO, STATE, _body, _queued
+from rl_daytona.tinker_sim.routes import FAULTS, NOT_APPLIED, PROTO, STATE, _body, _queued
 from rl_daytona.tinker_sim.state import Future, NotFound, Sampler
 
 _SEEDS = np.random.SeedSequence()
@@ -74,7 +74,7 @@ async def asample(request: web.Request) -> web.Response:
     if not 1 <= n <= 64:
         raise TrainingError(f"num_samples must be 1..64, got {n}")
     if request.app[FAULTS].take("failed_future", "asample"):  # refused before drawing anything
-        request["not_applied"] = True
+        request[NOT_APPLIED] = True
         failed = state.add_future(Future(error="the sample failed on the service (injected)"))
         return web.json_response({"request_id": failed, "sample_sequence_ids": [f"{failed}:{i}" for i in range(n)]})
     if seq is not None and seq in sampler.seen:

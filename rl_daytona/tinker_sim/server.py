@@ -74,7 +74,7 @@ async def _handle(request: web.Request, handler: R.Handler) -> web.StreamRespons
     except Exception as exc:  # noqa: BLE001 - the sim answers, it does not die
         log.exception("tinker-sim: %s failed", request.path)
         return _detail(f"internal error: {type(exc).__name__}: {exc}", 500)
-    if not request.get("not_applied") and faults.take("lost_reply", route):  # applied, but the client never hears so
+    if not request.get(R.NOT_APPLIED) and faults.take("lost_reply", route):  # applied, but the client never hears so
         return _detail("reply lost (injected, the call WAS applied)", 500, faults.retry_after)
     return response
 
