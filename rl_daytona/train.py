@@ -263,7 +263,8 @@ async def _train(cfg: TrainConfig, supply: tuple[BackendSpec, PoolConfig], url: 
                                 max_staleness=cfg.off_policy if cfg.off_policy else None, retry=cfg.retry)
     learner = runtime.start_learner(cfg.training_client or training, learner_cfg, start.version)
     if start.checkpoint:  # the sampler starts from the checkpoint's weights too
-        problem = await _use_sampler(url, await learner.publish.remote(f"resume-{start.version:06d}"), start.version)
+        published = await learner.publish.remote(f"resume-{start.version:06d}")
+        problem = await _use_sampler(url, published, start.version) if published else ""
         if problem:
             raise ValueError(f"--resume {start.checkpoint}: {problem}")
     display = _Display(console, cfg)
