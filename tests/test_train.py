@@ -1,5 +1,6 @@
-"""`rl-daytona train` end to end: Ray actors, real bwrap sandboxes, the built-in model service
-sampling and training, the Learner actor in between; plus the CLI's refusal of bad flags.
+"""`rl-daytona train` end to end: Ray actors, real bwrap sandboxes, the built-in model trained
+and sampled through the real tinker SDK on the local Tinker-compatible service (tinker-sim),
+the Learner actor in between; plus the CLI's refusal of bad flags.
 
 The taskset is a two-variant slice of calc (tests/learn/small_calc.py): the built-in policy's
 grammar only knows calc.py, so on `wordcount` every attempt fails and no step could ever train.
