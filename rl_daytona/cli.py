@@ -12,7 +12,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from rl_daytona.types import SandboxLimits, Settings
 
@@ -99,6 +99,24 @@ def _add_run_flags(p: argparse.ArgumentParser, taskset_flag: bool = True) -> Non
                    help="do not size a Daytona warm pool to the batch (cold creates only)")
 
 
+def _add_trainer_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trainer", default="tinker", choices=["tinker"],
+                   help="training service, through its SDK (default tinker; without --tinker-url: the local "
+                        "Tinker-compatible service with the built-in model, started for the run)")
+    p.add_argument("--base-model", default="builtin", help="model to train and sample (default builtin)")
+    p.add_argument("--lora-rank", type=_positive_int, default=32, help="LoRA rank of the training client")
+    p.add_argument("--renderer", default="auto", help="chat template between messages and tokens (auto, builtin)")
+    p.add_argument("--tinker-url", default=None,
+                   help="Tinker service URL (key from TINKER_API_KEY); default: the local service for the run")
+
+
+def _trainer(args: argparse.Namespace) -> Any:
+    from rl_daytona.tinker_run import TinkerTarget
+
+    return TinkerTarget(url=args.tinker_url, base_model=args.base_model, lora_rank=args.lora_rank,
+                        renderer=args.renderer)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="rl-daytona", description=(
         "Run reinforcement-learning coding environments at scale: sandboxes, agents, pytest graders."))
@@ -108,6 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
                                     "print pass rates per task with the spread inside each group.")
     ev.add_argument("--split", default="heldout", help="split of the taskset ('train', 'heldout', 'all')")
     ev.add_argument("--group", type=_positive_int, default=8, help="attempts per task (one group per task)")
+    ev.add_argument("--base-model", default=None, help="sample this model through the tinker SDK (builtin: the local "
+                                                     "Tinker-compatible service; others need --tinker-url)")
+    ev.add_argument("--model-path", default=None, metavar="tinker://...", help="sample a saved tinker:// checkpoint")
+    ev.add_argument("--tinker-url", default=None, help="Tinker service URL (key from TINKER_API_KEY)")
+    ev.add_argument("--renderer", default="auto", help="chat template between messages and tokens (auto, builtin)")
     _add_run_flags(ev)
     tr = sub.add_parser("train", help="train the built-in policy on a taskset's train split with group-relative RL",
                         description="Sample tasks from the train split each step, run GROUP attempts of each, "
@@ -126,10 +149,12 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--off-policy", type=int, default=0,
                     help="overlap step t+1's rollouts with step t's training; drop rollouts older than this many versions")
     tr.add_argument("--seed", type=int, default=0, help="seed for task sampling and the policy's sampler")
-    tr.add_argument("--resume", type=Path, default=None,
+    tr.add_argument("--resume", default=None, metavar="RUNDIR|tinker://...",
                     help="continue a stopped run: with --out the same RUNDIR, pick up at the step after the last one "
                          "in RUNDIR/metrics.jsonl (its checkpoint, appending to its files; --steps is the total); "
-                         "with another --out, start a new run from RUNDIR's saved policy (weights, Adam state, version)")
+                         "with another --out, start a new run from RUNDIR's last checkpoint, or from a tinker:// "
+                         "checkpoint (weights and Adam state)")
+    _add_trainer_flags(tr)
     _add_run_flags(tr)
     rp = sub.add_parser("report", help="write RUNDIR/report.html: curves, variants, group spread, timings",
                         description="Write RUNDIR/report.html (one self-contained page, figures inline) and "
@@ -146,6 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "built-in vocabulary for a built-in run)")
     from rl_daytona.daytona_sim.cli import add_parser as add_daytona_sim_parser
     add_daytona_sim_parser(sub)
+    from rl_daytona.tinker_sim.cli import add_parser as add_tinker_sim_parser
+    add_tinker_sim_parser(sub)
     _add_reap(sub)
     from rl_daytona.tasks.cli import add_parser as add_tasks_parser
     add_tasks_parser(sub, _add_run_flags)
@@ -195,7 +222,8 @@ def _eval_config(args: argparse.Namespace) -> "EvalConfig":
                       rollout_actors_per_node=args.rollout_actors_per_node or 0,
                       rollout_concurrency=args.rollout_concurrency or 0,
                       limits=_limits(args), pool=PoolConfig(warm_size=args.warm_size),
-                      daytona=_daytona_options(args))
+                      daytona=_daytona_options(args), tinker=_eval_tinker(args),
+                      model_path=getattr(args, "model_path", None))
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -210,6 +238,21 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_tinker(args: argparse.Namespace) -> Any:
+    """Where eval samples through Tinker (None: the --policy endpoint)."""
+    base_model, model_path = getattr(args, "base_model", None), getattr(args, "model_path", None)
+    tinker_url = getattr(args, "tinker_url", None)
+    if base_model is None and model_path is None and tinker_url is None:
+        return None  # (tasks calibrate has no Tinker flags: its policy is --policy)
+    if args.policy != "builtin":
+        raise ValueError("--policy and --base-model/--model-path/--tinker-url name two policies; pass one")
+    if args.model_path is not None and not args.model_path.startswith("tinker://"):
+        raise ValueError(f"--model-path {args.model_path!r} is not a tinker:// path")
+    from rl_daytona.tinker_run import TinkerTarget
+
+    return TinkerTarget(url=args.tinker_url, base_model=args.base_model or "builtin", renderer=args.renderer)
+
+
 def _train(args: argparse.Namespace) -> int:
     from rl_daytona.endpoint_check import preflight
     from rl_daytona.pool import PoolConfig
@@ -217,7 +260,7 @@ def _train(args: argparse.Namespace) -> int:
 
     preflight(args.policy, args.model, need_token_ids=True)  # no token ids: refuse before any sandbox
     if args.policy != "builtin":
-        raise ValueError("train drives the built-in model service (sampling and training); --policy must be builtin")
+        raise ValueError("train samples from its trainer (--trainer tinker, --base-model); --policy must be builtin")
     if not (math.isfinite(args.chunk_mb) and args.chunk_mb > 0):
         raise ValueError(f"--chunk-mb must be positive, got {args.chunk_mb}")
     cfg = TrainConfig(out=args.out, taskset=args.taskset, steps=args.steps, tasks_per_step=args.tasks_per_step,
@@ -228,14 +271,21 @@ def _train(args: argparse.Namespace) -> int:
                       rollout_actors_per_node=args.rollout_actors_per_node or 0,
                       rollout_concurrency=args.rollout_concurrency or 0,
                       backend=args.backend, isolation=args.isolation, settings=_settings(args),
-                      limits=_limits(args), pool=PoolConfig(warm_size=args.warm_size), resume=args.resume,
-                      daytona=_daytona_options(args))
+                      limits=_limits(args), pool=PoolConfig(warm_size=args.warm_size),
+                      resume=Path(args.resume) if args.resume and "://" not in args.resume else args.resume,
+                      daytona=_daytona_options(args), trainer=_trainer(args))
     run_train(cfg)
     return 0
 
 
 def _daytona_sim(args: argparse.Namespace) -> int:
     from rl_daytona.daytona_sim.cli import run
+
+    return run(args)
+
+
+def _tinker_sim(args: argparse.Namespace) -> int:
+    from rl_daytona.tinker_sim.cli import run
 
     return run(args)
 
@@ -286,7 +336,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         os.environ["RAY_ADDRESS"] = args.address  # ray_join and Ray itself read it
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM cleans up like Ctrl-C (again after ray.init)
     commands = {"eval": _eval, "train": _train, "report": _report, "show": _show, "daytona-sim": _daytona_sim,
-                "reap": _reap, "bench": _bench, "tasks": _tasks}
+                "tinker-sim": _tinker_sim, "reap": _reap, "bench": _bench, "tasks": _tasks}
     try:
         code = commands[args.command](args)
     except BackendAuthError as exc:  # Ray wraps it when it came from an actor: print the cause's one line

@@ -48,6 +48,8 @@ class EvalConfig:
     pool: PoolConfig = field(default_factory=PoolConfig)
     daytona: DaytonaOptions = field(default_factory=DaytonaOptions)
     run_id: str = ""
+    tinker: Any = None  # a tinker_run.TinkerTarget: sample through the tinker SDK instead of `policy`
+    model_path: str | None = None  # with `tinker`: a tinker:// checkpoint to sample (else its base model)
 
     def __post_init__(self) -> None:
         for name in ("group", "max_concurrent", "rollout_actors"):
@@ -165,6 +167,12 @@ def sigterm_interrupts() -> None:
         signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
+def _policy_name(cfg: EvalConfig) -> str:
+    if cfg.tinker is None:
+        return cfg.policy
+    return cfg.model_path or f"tinker:{cfg.tinker.base_model}@{cfg.tinker.url or 'local'}"
+
+
 def run_eval(cfg: EvalConfig, console: Console | None = None) -> dict[str, Any]:
     """Run an eval end to end; writes summary.json and rollouts.jsonl under cfg.out."""
     from rl_daytona import runtime
@@ -172,6 +180,10 @@ def run_eval(cfg: EvalConfig, console: Console | None = None) -> dict[str, Any]:
 
     console = console or Console()
     get_taskset(cfg.taskset).split(cfg.split)  # fail fast on a bad taskset or split
+    if cfg.tinker is not None:
+        from rl_daytona.tinker_run import check_target
+
+        check_target(cfg.tinker)  # a missing key, unreachable service, unknown model: before any sandbox
     cfg.out.mkdir(parents=True, exist_ok=True)
     run_id = cfg.run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     cfg = EvalConfig(**{**cfg.__dict__, "run_id": run_id})
@@ -182,13 +194,17 @@ def run_eval(cfg: EvalConfig, console: Console | None = None) -> dict[str, Any]:
     sigterm_interrupts()
     with ExitStack() as stack:
         url = cfg.policy
-        if cfg.policy == "builtin":
+        if cfg.tinker is not None:  # sample through the tinker SDK: a base model or a tinker:// checkpoint
+            from rl_daytona.tinker_run import open_trainer
+
+            url = stack.enter_context(open_trainer(cfg.tinker, cfg.model_path)).url
+        elif cfg.policy == "builtin":
             url = stack.enter_context(start_builtin_server()).url
         sink = RolloutSink(cfg.out / "rollouts.jsonl")
         stack.callback(sink.close)
         extra = asyncio.run(_run(cfg, spec, pool_cfg, url, sink, console))
     summary = summarize(sink.rollouts, run_id=run_id, taskset=cfg.taskset, split=cfg.split,
-                        group=cfg.group, policy=cfg.policy, backend=cfg.backend, **extra)
+                        group=cfg.group, policy=_policy_name(cfg), backend=cfg.backend, **extra)
     (cfg.out / "summary.json").write_text(json.dumps(summary, indent=2))
     console.print(render_table(summary, f"{cfg.taskset} / {cfg.split} (group {cfg.group})"))
     from rl_daytona.report import report_after_run

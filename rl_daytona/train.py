@@ -5,11 +5,13 @@
                    -> Learner: complete groups -> advantages -> chunks -> forward_backward, optim_step
     held-out eval (group `eval_group`) before the first step, every `eval_every`, after the last.
 
-Invariant: the sampler and the trainer are one built-in model service, so the step after an
-`optim_step` samples the new weights; every rollout carries the version that sampled it. With
+Invariant: training and sampling go through the `tinker` SDK (hosted Tinker, or the local
+Tinker-compatible service serving the built-in model: `tinker_run`); after each `optim_step`
+the step's sampler weights are handed to the agents' endpoint, so the next step samples the
+new weights; every rollout carries the version that sampled it. With
 `off_policy = k > 0` the rollouts of step t+1 run while step t trains, and the Learner drops
 rollouts more than k versions old. `metrics.jsonl` gets one line per step as it finishes,
-after the step's training state is saved under `checkpoints/` (the line names it), so
+after the step's training state is saved (a tinker:// checkpoint the line names), so
 `--resume RUNDIR` continues at the step after the last line (see `learn.run_state`). Each
 step's tasks are drawn from `(seed, step)`, so a continued run samples what one uninterrupted
 would have. Training calls are retried under `retry` (a RetryPolicy); too many failures in a
@@ -19,7 +21,6 @@ row stop the run with one line, everything finished until then kept.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import os
 import time
@@ -36,12 +37,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rl_daytona.backends import BackendSpec, DaytonaOptions
 from rl_daytona.eval import RolloutSink, fleet_plan, requests_for, sigterm_interrupts
 from rl_daytona.fleet import RolloutFleet as Fleet
-from rl_daytona.learn.clients import AdamParams, LocalTrainingClient, TrainingCallError
+from rl_daytona.learn.clients import AdamParams, TrainingCallError
 from rl_daytona.learn.learner import LearnerConfig, StepReport
 from rl_daytona.learn.retry import RetryPolicy
 from rl_daytona.learn.run_state import INTERRUPTED, RunState, prepare_to_continue, prune_checkpoints, read_run
 from rl_daytona.pool import PoolConfig
 from rl_daytona.tasks import get_taskset
+from rl_daytona.tinker_run import TinkerTarget, check_target, open_trainer
 from rl_daytona.types import Rollout, RolloutRequest, RolloutStatus, SandboxLimits, Settings
 
 
@@ -73,15 +75,17 @@ class TrainConfig:
     pool: PoolConfig = field(default_factory=PoolConfig)
     daytona: DaytonaOptions = field(default_factory=DaytonaOptions)
     run_id: str = ""
-    # () -> TrainingClient, built inside the Learner; None: the built-in service that samples
+    # where to train: Tinker through its SDK (no URL: the local Tinker-compatible service, built-in model)
+    trainer: TinkerTarget = field(default_factory=TinkerTarget)
+    # () -> TrainingClient, built inside the Learner; None: the trainer's
     training_client: Callable[[], Any] | None = None
     # () -> a context manager whose value has `.url` (an OpenAI-compatible endpoint the agents
-    # sample from); None: the built-in model service. When the training client saves weights
-    # for a separate sampler (Tinker), each step's path is posted to `<url>/sampler`.
+    # sample from); None: the trainer's (a SamplingClient behind it). Each step's sampler
+    # weights path is posted to `<url>/sampler`.
     policy_server: Callable[[], Any] | None = None
     # a previous run's folder: the same as `out` continues that run at its next step; another
-    # folder (or RUNDIR/policy) starts this run from its saved policy (weights, Adam moments, version)
-    resume: Path | None = None
+    # folder, or a tinker:// checkpoint, starts this run from that state (weights, Adam moments)
+    resume: Path | str | None = None
     retry: RetryPolicy = field(default_factory=RetryPolicy)  # for training calls
 
     def __post_init__(self) -> None:
@@ -242,7 +246,8 @@ def plot_curve(metrics: list[dict[str, Any]], path: Path, title: str = "") -> No
 
 
 async def _train(cfg: TrainConfig, supply: tuple[BackendSpec, PoolConfig], url: str, console: Console,
-                 metrics_path: Path, sink: RolloutSink, start: RunState = RunState((), 0, None, 0)) -> dict[str, Any]:
+                 metrics_path: Path, sink: RolloutSink, start: RunState = RunState((), 0, None, 0),
+                 training: Callable[[], Any] | None = None) -> dict[str, Any]:
     import ray
 
     from rl_daytona import runtime
@@ -256,8 +261,12 @@ async def _train(cfg: TrainConfig, supply: tuple[BackendSpec, PoolConfig], url: 
     learner_cfg = LearnerConfig(loss_fn=cfg.loss_fn, adam=AdamParams(learning_rate=cfg.lr),
                                 chunk_bytes=cfg.chunk_bytes, normalize_std=cfg.normalize_std,
                                 max_staleness=cfg.off_policy if cfg.off_policy else None, retry=cfg.retry)
-    learner = runtime.start_learner(cfg.training_client or functools.partial(LocalTrainingClient, url), learner_cfg,
-                                    start.version)
+    learner = runtime.start_learner(cfg.training_client or training, learner_cfg, start.version)
+    if start.checkpoint:  # the sampler starts from the checkpoint's weights too
+        published = await learner.publish.remote(f"resume-{start.version:06d}")
+        problem = await _use_sampler(url, published, start.version) if published else ""
+        if problem:
+            raise ValueError(f"--resume {start.checkpoint}: {problem}")
     display = _Display(console, cfg)
     metrics: list[dict[str, Any]] = list(start.metrics)
     evals: dict[int, dict[str, Any]] = {}
@@ -382,9 +391,10 @@ def _one_line(exc: BaseException) -> str:
 def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any]:
     """Train end to end; writes metrics.jsonl, curve.png, rollouts.jsonl, summary.json, policy.*"""
     from rl_daytona import runtime
-    from rl_daytona.policy.launch import start_builtin_server
 
     console = console or Console()
+    if cfg.policy_server is None:
+        check_target(cfg.trainer)  # a missing key, unreachable service, unknown model: before anything starts
     get_taskset(cfg.taskset).split(cfg.train_split)
     get_taskset(cfg.taskset).split(cfg.eval_split)
     start = _starting_point(cfg)
@@ -407,14 +417,18 @@ def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any
     runtime.ensure_ray()
     sigterm_interrupts()
     with ExitStack() as stack:
-        server = stack.enter_context(cfg.policy_server() if cfg.policy_server
-                                     else start_builtin_server(state=_path_or_none(start.checkpoint), seed=cfg.seed))
+        training = cfg.training_client
+        if cfg.policy_server is not None:
+            server = stack.enter_context(cfg.policy_server())
+        else:
+            server = stack.enter_context(open_trainer(cfg.trainer))
+            training = training or server.training_client(start.checkpoint, start.version)
         sink = RolloutSink(cfg.out / "rollouts.jsonl")
         stack.callback(sink.close)
         try:
-            result = asyncio.run(_train(cfg, supply, server.url, console, metrics_path, sink, start))
+            result = asyncio.run(_train(cfg, supply, server.url, console, metrics_path, sink, start, training))
         except TrainingStepFailed as failed:
-            raise _keep_what_was_done(cfg, failed, server.url, run_id) from None
+            raise _keep_what_was_done(cfg, failed, run_id) from None
     before = next((m["heldout_pass_rate"] for m in result["metrics"] if m["step"] == -1), None)
     after = result["evals"].get(cfg.steps - 1, {}).get("pass_rate")
     plot_curve(result["metrics"], cfg.out / "curve.png", f"{cfg.taskset}: lr {cfg.lr}, {cfg.steps} steps")
@@ -434,77 +448,56 @@ def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any
 
 
 def _starting_point(cfg: TrainConfig) -> RunState:
-    """Fresh weights; or, with --resume, the run folder's next step (when it is `out` itself)
-    or a saved policy to start a new run from. A clear ValueError when that cannot be done."""
+    """Fresh weights; or, with --resume, the run folder's next step (when it is `out` itself),
+    a previous run's last checkpoint, or a tinker:// checkpoint to start a new run from.
+    A clear ValueError when that cannot be done."""
     if cfg.resume is None:
         return RunState((), 0, None, 0)
-    if cfg.policy_server is not None or cfg.training_client is not None:
-        raise ValueError("--resume restarts the built-in model service; a custom trainer or sampler "
-                         "resumes from its own checkpoint")
+    if str(cfg.resume).startswith("tinker://"):
+        return RunState((), 0, str(cfg.resume), 0)
     if Path(cfg.resume).resolve() == Path(cfg.out).resolve():
         start = read_run(cfg.out)
         if start.next_step >= cfg.steps:
             raise ValueError(f"--resume {cfg.resume}: its {start.next_step} steps are done; "
                              f"pass --steps above {start.next_step} to train on")
-        if start.checkpoint and "://" not in start.checkpoint:
-            resume_path(Path(start.checkpoint))  # the state is there and loads
+        _tinker_checkpoint(cfg.resume, start.checkpoint)
         return start
-    base, version = resume_path(cfg.resume)
-    return RunState((), 0, str(base), version)
+    prior = read_run(Path(cfg.resume))
+    if not prior.checkpoint:
+        raise ValueError(f"--resume {cfg.resume}: no trained step there to start from")
+    _tinker_checkpoint(cfg.resume, prior.checkpoint)
+    return RunState((), 0, prior.checkpoint, prior.version)
 
 
-def _path_or_none(checkpoint: str | None) -> Path | None:
-    return Path(checkpoint) if checkpoint else None
+def _tinker_checkpoint(resume: Path | str, checkpoint: str | None) -> None:
+    if checkpoint and not checkpoint.startswith("tinker://"):
+        raise ValueError(f"--resume {resume}: its checkpoint {checkpoint} is not a tinker:// path "
+                         "(a run from before training went through Tinker)")
 
 
-def _keep_what_was_done(cfg: TrainConfig, failed: TrainingStepFailed, url: str, run_id: str) -> TrainingCallError:
-    """After a failed step: the state of the last completed step is already in checkpoints/
-    (also saved as RUNDIR/policy when the built-in service still answers); write the curve and
-    a summary saying where the run stopped; return the one-line error."""
-    saved = ""
-    if cfg.training_client is None:
-        try:
-            saved = asyncio.run(_save_policy(url, str(cfg.out / "policy")))
-        except TrainingCallError:
-            saved = ""
+def _keep_what_was_done(cfg: TrainConfig, failed: TrainingStepFailed, run_id: str) -> TrainingCallError:
+    """After a failed step: the state of the last completed step is already saved (its metrics
+    line names the checkpoint); write the curve and a summary saying where the run stopped;
+    return the one-line error."""
     done = failed.completed_steps
     checkpoint = next((m.get("checkpoint") for m in reversed(failed.metrics)), None)
     plot_curve(failed.metrics, cfg.out / "curve.png", f"{cfg.taskset}: lr {cfg.lr}, stopped at step {done + 1}")
     evals = failed.evals
     summary = {"run_id": run_id, "taskset": cfg.taskset, "steps": cfg.steps, "completed_steps": done,
-               "failed_step": done, "error": str(failed), "policy_saved": saved or checkpoint,
+               "failed_step": done, "error": str(failed), "policy_saved": checkpoint,
                "heldout_before": next((m["heldout_pass_rate"] for m in failed.metrics if m["step"] == -1), None),
                "evals": {str(k): v for k, v in evals.items()}}
     (cfg.out / "summary.json").write_text(json.dumps(summary, indent=2))
     from rl_daytona.report import report_after_run
 
     report_after_run(cfg.out)
-    if saved:
-        kept = f"policy after step {done} saved to {saved}"
-    elif checkpoint:
+    if checkpoint:
         kept = f"policy after step {done} kept at {checkpoint}"
     else:
         kept = "no step trained (the policy is the one the run started from)"
-    again = f" (--resume {cfg.out} --out {cfg.out} continues it)" if cfg.training_client is None else ""
+    again = f" (--resume {cfg.out} --out {cfg.out} continues it)" if checkpoint else ""
     return TrainingCallError(f"{failed}; {kept}; metrics.jsonl and rollouts.jsonl keep every finished step{again}",
                              retryable=False)
-
-
-def resume_path(path: Path) -> tuple[Path, int]:
-    """The saved state `path` names (`RUNDIR/policy` itself, or a run folder holding one) and
-    its policy version; a clear ValueError when there is none or it is not a built-in state."""
-    base = Path(path)
-    if base.is_dir():
-        base = base / "policy"
-    base = base.with_suffix("") if base.suffix in (".json", ".npz") else base
-    if not (base.with_name(base.name + ".json").exists() and base.with_name(base.name + ".npz").exists()):
-        raise ValueError(f"--resume {path}: no saved policy there (expected {base}.json and {base}.npz)")
-    from rl_daytona.policy.model import PolicyModel
-
-    try:
-        return base, int(PolicyModel.load(base).version)
-    except (OSError, KeyError, ValueError) as exc:
-        raise ValueError(f"--resume {path}: not a usable policy state: {' '.join(str(exc).split())}") from None
 
 
 async def _use_sampler(url: str, model_path: str, version: int) -> str:
@@ -524,11 +517,3 @@ async def _use_sampler(url: str, model_path: str, version: int) -> str:
     except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
         reason = f"{type(exc).__name__}: {exc}"
     return f"the sampler did not take the new weights {model_path}: {reason}"
-
-
-async def _save_policy(url: str, path: str) -> str:
-    client = LocalTrainingClient(url)
-    try:
-        return await client.save_state(path)
-    finally:
-        await client.close()

@@ -1,5 +1,6 @@
-"""`rl-daytona train` end to end: Ray actors, real bwrap sandboxes, the built-in model service
-sampling and training, the Learner actor in between; plus the CLI's refusal of bad flags.
+"""`rl-daytona train` end to end: Ray actors, real bwrap sandboxes, the built-in model trained
+and sampled through the real tinker SDK on the local Tinker-compatible service (tinker-sim),
+the Learner actor in between; plus the CLI's refusal of bad flags.
 
 The taskset is a two-variant slice of calc (tests/learn/small_calc.py): the built-in policy's
 grammar only knows calc.py, so on `wordcount` every attempt fails and no step could ever train.
@@ -7,7 +8,6 @@ grammar only knows calc.py, so on `wordcount` every attempt fails and no step co
 
 from __future__ import annotations
 
-import functools
 import json
 import subprocess
 import sys
@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from rl_daytona.learn.retry import RetryPolicy
+from rl_daytona.tinker_run import local_state_dir
 from rl_daytona.train import TrainConfig, run_train
 from rl_daytona.types import Settings
 
@@ -28,6 +29,12 @@ STEP_KEYS = {
     "bytes_per_rollout_by_turns", "training_calls", "checkpoint",
 }
 FAST_RETRY = RetryPolicy(max_consecutive_failures=10, backoff=0.01)
+
+
+def checkpoint_file(state_dir: Path, path: str) -> Path:
+    """The file a tinker-sim on `state_dir` wrote a `tinker://run/kind/name` checkpoint to."""
+    run, kind, name = path[len("tinker://"):].split("/")
+    return state_dir / run.replace(":", "_") / kind / f"{name}.json"
 
 
 @pytest.mark.usefixtures("ray_session")
@@ -65,19 +72,16 @@ def test_train_end_to_end_trains_the_served_policy(tmp_path: Path) -> None:
         assert calls == ({"attempts": m["chunks"] + 2, "failures": 0, "retries": 0} if m["trained"]
                          else {"attempts": 0, "failures": 0, "retries": 0})
         if m["trained"]:  # each trained step's state is saved before its line is written
-            assert m["checkpoint"] == str(out / "checkpoints" / f"step-{m['step']:06d}")
+            assert m["checkpoint"].startswith("tinker://") and m["checkpoint"].endswith(f"/weights/step-{m['step']:06d}")
     assert trained_before >= 1, "no step trained: every group agreed in every step"
     last = step_lines[-1]["checkpoint"]
-    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [f"{Path(last).name}.json",
-                                                                         f"{Path(last).name}.npz"]
-    assert json.loads(Path(last + ".json").read_text())["version"] == trained_before
+    assert json.loads(checkpoint_file(local_state_dir(), last).read_text())["version"] == trained_before
     assert step_lines[-1]["heldout_pass_rate"] is not None
     assert all(m["heldout_pass_rate"] is None for m in step_lines[:-1])
 
-    # the saved policy is the served one after the last step
-    assert summary["policy_saved"] == str(out / "policy")
-    meta = json.loads((out / "policy.json").read_text())
-    assert meta["version"] == trained_before and (out / "policy.npz").exists()
+    # the saved policy is the trained one after the last step, a checkpoint of the local Tinker service
+    assert summary["policy_saved"].startswith("tinker://") and summary["policy_saved"].endswith("/weights/policy")
+    assert json.loads(checkpoint_file(local_state_dir(), summary["policy_saved"]).read_text())["version"] == trained_before
 
     # every rollout carries the version that sampled it: the weights of the step it belongs to
     records = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
@@ -146,7 +150,11 @@ def test_off_policy_overlaps_next_rollouts_with_training_and_bounds_staleness(tm
     (["--steps", "0"], "must be at least 1"),
     (["--loss", "cross_entropy"], "invalid choice"),
     (["--taskset", "nowhere.module:X"], "nowhere"),
-    (["--resume", "/nonexistent/run"], "no saved policy there"),
+    (["--resume", "/nonexistent/run"], "no metrics.jsonl there"),
+    (["--tinker-url", "http://127.0.0.1:9"], "cannot reach the Tinker service at http://127.0.0.1:9"),
+    (["--base-model", "Qwen/Qwen3-8B"], "serves only its built-in model 'builtin'"),
+    (["--renderer", "chatml"], "unknown --renderer 'chatml'"),
+    (["--lora-rank", "0"], "--lora-rank: must be at least 1"),
 ])
 def test_train_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
     proc = subprocess.run([sys.executable, "-m", "rl_daytona.cli", "train", "--out", str(tmp_path / "o"), *args],
@@ -155,147 +163,69 @@ def test_train_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[s
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
-@pytest.mark.usefixtures("ray_session")
-def test_a_training_service_that_stops_answering_stops_the_run_in_one_line_keeping_what_was_done(
-        tmp_path: Path) -> None:
-    """Training calls go to a port nothing listens on: the Learner retries, then the run stops
-    with one line naming the step and the cause; the untrained eval, every rollout of the step
-    and a summary saying where it stopped are on disk; sampling kept working throughout."""
-    from rl_daytona.learn.clients import LocalTrainingClient, TrainingCallError
-
-    out = tmp_path / "run"
-    dead = functools.partial(LocalTrainingClient, "http://127.0.0.1:9/v1", timeout=5.0)
-    cfg = TrainConfig(out=out, taskset=TASKSET, steps=3, tasks_per_step=2, group=4, eval_group=2,
-                      max_concurrent=8, seed=0, settings=Settings(max_turns=3), training_client=dead,
-                      retry=FAST_RETRY)
-    with pytest.raises(TrainingCallError) as info:
-        run_train(cfg)  # the first step with a mixed group calls forward_backward, and fails
-    message = str(info.value)
-    summary = json.loads((out / "summary.json").read_text())
-    failed = summary["failed_step"]
-    assert len(message.splitlines()) == 1, message
-    assert message.startswith(f"step {failed + 1}: training failed: forward_backward: cannot reach "
-                              "http://127.0.0.1:9/v1"), message
-    assert "(10 failures in a row, giving up); no step trained" in message
-    assert summary["completed_steps"] == failed and summary["error"] == message.split("; no step")[0]
-    assert summary["heldout_before"] is not None and summary["evals"]["-1"]["rollouts"] == 2
-    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in lines] == list(range(-1, failed))  # every finished step (all skipped)
-    assert all(not m["trained"] for m in lines[1:])
-    records = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
-    assert sum(r["group_id"].startswith(f"train{failed}/") for r in records) == 2 * 4
-    assert all(r["status"] == "ok" for r in records)
-    assert (out / "curve.png").exists()
-    assert not list((out / "sandboxes").glob("sb-*")), "every sandbox of the run was deleted"
-
-
-@pytest.mark.usefixtures("ray_session")
-def test_train_with_tinker_on_both_sides(tmp_path: Path) -> None:
-    """Tinker trains (the adapter sends SDK Datums; each step saves weights for the sampler) and a
-    Tinker SamplingClient samples (swapped by path after each step): rollouts carry the version
-    whose weights sampled them, and the final sampler serves the trained weights."""
-    from rl_daytona.policy.model import PolicyModel
-    from rl_daytona.policy.tinker_sampler import BuiltinRenderer, SamplerServer, TinkerSamplingService
-    from tests.fakes.tinker_sampling import BuiltinTinkerSamplingClient, SavedSamplerWeights, tinker_training_client
-
-    root = tmp_path / "tinker"
-    root.mkdir()
-    weights = SavedSamplerWeights(str(root))
-    service = TinkerSamplingService(BuiltinTinkerSamplingClient(), BuiltinRenderer(),
-                                    make_sampling_client=weights.create_sampling_client)
-    steps, tasks_per_step, group = 3, 2, 4
-    out = tmp_path / "run"
-    summary = run_train(TrainConfig(out=out, taskset=TASKSET, steps=steps, tasks_per_step=tasks_per_step,
-                                    group=group, eval_group=2, max_concurrent=8, seed=0, settings=Settings(max_turns=3),
-                                    training_client=functools.partial(tinker_training_client, str(root)),
-                                    policy_server=lambda: SamplerServer(service)))
-    # the final state is a Tinker checkpoint, named without the run folder's slashes
-    assert summary["policy_saved"].startswith("tinker://fake/weights/") and "/" not in \
-        summary["policy_saved"].removeprefix("tinker://fake/weights/")
-    step_lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()][1:]
-    trained = sum(m["trained"] for m in step_lines)
-    assert trained >= 1, "no step trained: every group agreed in every step"
-    assert weights.opened == [f"tinker://fake/sampler_weights/step-{v:06d}" for v in range(1, trained + 1)]
-    assert service.version == trained == step_lines[-1]["policy_version"]
-    final = PolicyModel.load(root / f"step-{trained:06d}")
-    assert any((final.params[k] != PolicyModel().params[k]).any() for k in final.params), "weights moved"
-    assert service.sampling_client.model.params["verb_w"].tolist() == final.params["verb_w"].tolist()
-    versions_at_step, done = [], 0
-    for m in step_lines:
-        versions_at_step.append(done)
-        done += m["trained"]
-    records = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
-    by_step: dict[int, set[int]] = defaultdict(set)
-    for r in records:
-        assert r["status"] == "ok", r["error"]
-        if r["group_id"].startswith("train"):
-            by_step[int(r["group_id"][len("train"):].split("/")[0])].add(r["trajectory"]["policy_version"])
-    assert dict(by_step) == {s: {v} for s, v in enumerate(versions_at_step)}
-
-
 def _lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+class FailAfterTwoSteps:
+    """tinker-sim faults: a few 429s and lost replies, then (once two steps are in metrics.jsonl)
+    every training call's future fails."""
+
+    def __new__(cls, metrics: Path):  # type: ignore[no-untyped-def]
+        from rl_daytona.tinker_sim import Faults
+
+        class Plan(Faults):
+            def take(self, kind: str, route: str) -> bool:
+                if kind == "failed_future":
+                    done = sum(1 for m in _lines(metrics) if m["step"] >= 0) if metrics.exists() else 0
+                    if done < 2 or route not in ("forward_backward", "optim_step", "save_weights"):
+                        return False
+                return super().take(kind, route)
+
+        return Plan(rate_limit=2, lost_reply=2, failed_future=10, retry_after=0.01)
+
+
 @pytest.mark.usefixtures("ray_session")
-def test_a_run_stopped_by_a_failing_service_keeps_its_steps_and_resume_continues_it(tmp_path: Path) -> None:
-    """Training calls go through a fault proxy: one in five fails (503s, hangs past the client's
-    timeout) for steps 0 and 1, then every call fails. The run stops after ten failures in a
-    row, in one line, with the metrics, rollouts and checkpoint of every finished step on disk.
-    `--resume RUNDIR` into the same folder then continues at the next step from that checkpoint,
-    to 4 steps: each step's metrics line appears once, no rollout id twice, and the rollouts
-    the interrupted step had written are set aside, not mixed in."""
-    from contextlib import nullcontext
-
-    from rl_daytona.learn.clients import LocalTrainingClient, TrainingCallError
+def test_a_run_on_a_tinker_url_stopped_by_failures_keeps_its_steps_and_resume_continues_it(tmp_path: Path) -> None:
+    """Training through the tinker SDK at a URL (tinker-sim here): the SDK absorbs 429s and lost
+    replies, the request log shows its own calls. After two steps every training call fails:
+    the run stops after ten failures in a row, in one line, with the metrics, rollouts and
+    tinker:// checkpoint of every finished step kept. `--resume RUNDIR` into the same folder
+    then continues at the next step from that checkpoint, to 4 steps: each step's metrics line
+    appears once, no rollout id twice, and the interrupted step's rollouts are set aside."""
+    from rl_daytona.learn.clients import TrainingCallError
     from rl_daytona.learn.run_state import INTERRUPTED
-    from rl_daytona.policy.launch import start_builtin_server
-    from rl_daytona.policy.model import PolicyModel
-    from tests.fakes.fault_proxy import FaultProxy, random_faults
+    from rl_daytona.tinker_run import TinkerTarget
+    from rl_daytona.tinker_sim import SimConfig, run_sim_in_thread
 
-    out = tmp_path / "run"
+    out, state, log = tmp_path / "run", tmp_path / "sim", tmp_path / "requests.jsonl"
+    faults = FailAfterTwoSteps(out / "metrics.jsonl")
     common = dict(taskset=TASKSET, tasks_per_step=2, group=4, eval_group=2, max_concurrent=8, seed=0,
                   settings=Settings(max_turns=3), retry=FAST_RETRY)
-    flaky = random_faults(0.2, seed=2)
+    with run_sim_in_thread(SimConfig(state_dir=state, log_path=log, faults=faults)) as sim:
+        target = TinkerTarget(url=sim.url, base_model="builtin", lora_rank=8)
+        with pytest.raises(TrainingCallError) as info:
+            run_train(TrainConfig(out=out, steps=3, trainer=target, **common))
+        message = str(info.value)
+        first = _lines(out / "metrics.jsonl")
+        done = first[-1]["step"] + 1  # 2, or 3 when step 2 had nothing to train and the final save failed
+        assert len(message.splitlines()) == 1 and "(10 failures in a row, giving up)" in message, message
+        assert "RequestFailedError" in message and faults.fired["failed_future"] == 10
+        assert faults.fired["rate_limit"] == 2 and faults.fired["lost_reply"] == 2
+        assert [m["step"] for m in first] == list(range(-1, done))
+        trained = [m for m in first[1:] if m["trained"]]
+        checkpoint = first[-1]["checkpoint"]
+        if trained:  # the state of the last finished step is kept, named by its line
+            assert checkpoint.startswith("tinker://") and checkpoint.endswith(f"/weights/step-{trained[-1]['step']:06d}")
+            assert json.loads(checkpoint_file(state, checkpoint).read_text())["version"] == len(trained)
+            assert f"kept at {checkpoint}" in message
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["completed_steps"] == done and summary["error"] in message
+        paths = {json.loads(line)["path"] for line in log.read_text().splitlines()}
+        for call in ("forward_backward", "optim_step", "save_weights_for_sampler", "asample", "retrieve_future"):
+            assert f"/api/v1/{call}" in paths, call
 
-    def plan(route: str, index: int) -> str:
-        steps_done = sum(1 for m in _lines(out / "metrics.jsonl") if m["step"] >= 0)
-        return "503" if steps_done >= 2 else flaky(route, index)
-
-    server = start_builtin_server(seed=0)
-    try:
-        with FaultProxy(server.url, plan, hang_seconds=2.5) as proxy:
-            cfg = TrainConfig(out=out, steps=3, policy_server=lambda: nullcontext(server),
-                              training_client=functools.partial(LocalTrainingClient, proxy.url, timeout=2.0),
-                              **common)
-            with pytest.raises(TrainingCallError) as info:
-                run_train(cfg)
-    finally:
-        server.close()
-    message = str(info.value)
-    first = _lines(out / "metrics.jsonl")
-    done = first[-1]["step"] + 1  # 2, or 3 when step 2 had nothing to train and the final save failed
-    assert len(message.splitlines()) == 1 and "(10 failures in a row, giving up)" in message, message
-    assert message.startswith(f"step {done + 1}: training failed: " if done == 2
-                              else "saving the final policy failed: "), message
-    assert [kind for _, kind in proxy.calls[-10:]] == ["503"] * 10
-    assert [m["step"] for m in first] == list(range(-1, done))
-    faults = sum(m["training_calls"]["failures"] for m in first[1:])
-    assert faults == sum(1 for _, kind in proxy.calls if kind != "ok") - 10, "every earlier fault was absorbed"
-    trained = [m for m in first[1:] if m["trained"]]
-    checkpoint = first[-1]["checkpoint"]
-    if trained:  # the state of the last finished step is on disk, named by its line
-        assert checkpoint == str(out / "checkpoints" / f"step-{trained[-1]['step']:06d}")
-        assert PolicyModel.load(checkpoint).version == first[-1]["policy_version"] == len(trained)
-        assert f"kept at {checkpoint}" in message
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["completed_steps"] == done and summary["error"] in message
-    records = _lines(out / "rollouts.jsonl")
-    assert all(sum(r["group_id"].startswith(f"train{s}/") for r in records) == 8 for s in range(done))
-
-    print(f"\nRUNFAULTS {len(proxy.calls)} training calls, {faults} failures absorbed in {done} steps, "
-          f"stopped after 10 in a row; resumed at step {done}, {len(trained)} trained before the stop")
-    run_train(TrainConfig(out=out, steps=4, resume=out, **common))
+        run_train(TrainConfig(out=out, steps=4, resume=out, trainer=target, **common))
     lines = _lines(out / "metrics.jsonl")
     assert [m["step"] for m in lines] == list(range(-1, 4)) and lines[:len(first)] == first
     records = _lines(out / "rollouts.jsonl")
@@ -306,10 +236,9 @@ def test_a_run_stopped_by_a_failing_service_keeps_its_steps_and_resume_continues
     assert resumed == {first[-1]["policy_version"]}, "the continued run samples the checkpoint's weights"
     aside = _lines(out / INTERRUPTED) if (out / INTERRUPTED).exists() else []
     assert {r["group_id"].split("/")[0] for r in aside} <= {f"train{done}"}
-    assert len(aside) == (8 if done == 2 else 0)
-    final = PolicyModel.load(out / "policy")
-    assert final.version == lines[-1]["policy_version"] == sum(m["trained"] for m in lines[1:])
-    assert json.loads((out / "summary.json").read_text())["heldout_before"] == lines[0]["heldout_pass_rate"]
+    final = json.loads((out / "summary.json").read_text())
+    assert final["policy_saved"].startswith("tinker://") and final["heldout_before"] == lines[0]["heldout_pass_rate"]
+    assert lines[-1]["policy_version"] == sum(m["trained"] for m in lines[1:])
 
 
 def test_a_learner_that_stops_taking_rollouts_stops_the_step_in_one_line(tmp_path: Path,

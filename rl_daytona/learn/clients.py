@@ -1,7 +1,9 @@
-"""Training clients: one async protocol, two adapters.
+"""The training client: one async protocol, one adapter — the `tinker` SDK's TrainingClient.
 
-    local   the built-in model service over HTTP (`/v1/train/*`, Tinker's JSON shapes)
-    tinker  the `tinker` SDK (a LoRA TrainingClient on a Tinker service)
+A run trains through `tinker` whether the service is hosted Tinker or the local
+Tinker-compatible service (`rl_daytona.tinker_sim`, which serves the built-in model): they
+differ only in URL, key and model name. The SDK numbers each call and repeats the number on
+its own retries, so the service applies a retried call once.
 
 Invariant: a training call either returns its typed result or raises `TrainingCallError`
 with one line saying what failed; a failed call never half-applies a step on our side (the
@@ -11,10 +13,7 @@ Learner retries or reports it, and the datums it carried are not lost from the s
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import re
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
 
@@ -81,83 +80,6 @@ class TrainingClient(Protocol):
     async def close(self) -> None: ...
 
 
-class LocalTrainingClient:
-    """The built-in model service's training routes over HTTP (aiohttp).
-
-    Every call carries a `request_id` (an idempotency key) that a retry repeats: a chunk's is
-    its ordinal among the step's answered chunks plus a hash of its content, a step's its
-    ordinal, so a call whose answer was lost (timeout, reset connection, a gateway's 5xx) and
-    is sent again is applied once by the service, never twice, and two chunks that happen to
-    hold the same datums are still two chunks.
-    """
-
-    def __init__(self, base_url: str, timeout: float = 600.0) -> None:
-        self.base_url = base_url.rstrip("/")
-        if not self.base_url.endswith("/v1"):
-            self.base_url += "/v1"
-        self._timeout = timeout
-        self._session: Any = None
-        self._client_id = uuid.uuid4().hex[:12]
-        self._steps = 0  # optim_steps this client has seen answered
-        self._chunks = 0  # forward_backward calls answered in the current step
-
-    async def _post(self, route: str, body: bytes) -> dict[str, Any]:
-        import aiohttp
-
-        if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._timeout))
-        url = f"{self.base_url}/train/{route}"
-        try:
-            async with self._session.post(url, data=body, headers={"Content-Type": "application/json"}) as resp:
-                text = await resp.text()
-                status = resp.status
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
-            raise TrainingCallError(f"{route}: cannot reach {url}: {type(exc).__name__}: {exc}") from None
-        try:
-            payload = json.loads(text)
-        except ValueError:
-            raise TrainingCallError(f"{route}: HTTP {status} with a non-JSON body: {text[:200]!r}") from None
-        if status != 200:
-            message = (payload.get("error") or {}).get("message") if isinstance(payload, dict) else None
-            raise TrainingCallError(f"{route}: HTTP {status}: {message or text[:200]}",
-                                    retryable=status >= 500 or status in (408, 429))
-        return payload
-
-    async def forward_backward(self, datums: Sequence[Datum], loss_fn: str = "importance_sampling",
-                               loss_fn_config: dict[str, float] | None = None) -> ForwardBackwardResult:
-        inner: dict[str, Any] = {"data": [d.to_wire() for d in datums], "loss_fn": loss_fn}
-        if loss_fn_config:
-            inner["loss_fn_config"] = loss_fn_config
-        payload = json.dumps(inner, separators=(",", ":"))
-        digest = hashlib.sha1(payload.encode()).hexdigest()[:16]
-        rid = f"{self._client_id}:{self._steps}:{self._chunks}:{digest}"
-        body = f'{{"request_id":"{rid}","forward_backward_input":{payload}}}'.encode()
-        out = await self._post("forward_backward", body)
-        self._chunks += 1
-        metrics = {k: float(v) for k, v in (out.get("metrics") or {}).items()}
-        return ForwardBackwardResult(loss=metrics.get("loss:sum", 0.0), datums=len(datums),
-                                     tokens=int(metrics.get("tokens:sum", 0)), bytes_sent=len(body),
-                                     metrics=metrics)
-
-    async def optim_step(self, adam: AdamParams) -> OptimStepResult:
-        rid = f"{self._client_id}:step:{self._steps}"
-        out = await self._post("optim_step", json.dumps({"request_id": rid, "adam_params": adam.to_wire()}).encode())
-        self._steps, self._chunks = self._steps + 1, 0
-        return OptimStepResult(version=int(out["version"]),
-                               metrics={k: float(v) for k, v in (out.get("metrics") or {}).items()})
-
-    async def save_state(self, name: str) -> str:
-        return str((await self._post("save", json.dumps({"path": name}).encode()))["path"])
-
-    async def load_state(self, path: str) -> int:
-        return int((await self._post("load", json.dumps({"path": path}).encode()))["version"])
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
-
 def to_tinker_datum(datum: Datum) -> Any:
     """Our datum as the real SDK's `tinker.types.Datum`."""
     from tinker import types
@@ -186,32 +108,52 @@ class TinkerTrainingClient:
 
     def __init__(self, training_client: Any, sampler_weights: bool = True) -> None:
         self.training_client = training_client
+        self.service: Any = None  # the ServiceClient that made it (closed with it), when `connect` did
+        self._open: Any = None  # () -> the SDK training client, when `connect` deferred making it
         self.sampler_weights = sampler_weights
         self._version = 0
         self._unsaved: dict[str, float] | None = None  # metrics of a step applied but not yet saved for sampling
 
     @classmethod
-    def connect(cls, base_url: str | None, api_key: str | None, base_model: str, rank: int = 32) -> "TinkerTrainingClient":
+    def connect(cls, base_url: str | None, api_key: str | None, base_model: str, rank: int = 32,
+                resume: str | None = None, version: int = 0) -> "TinkerTrainingClient":
+        """A LoRA training client on `base_model`, or (with `resume`, a `tinker://` checkpoint)
+        one loaded from that checkpoint with its optimizer state; `version` is its policy version.
+        The SDK client is made by the first call, off the event loop (its constructor blocks)."""
+        made = cls(None)
+        made._version = version
+        made._open = lambda: made._connect(base_url, api_key, base_model, rank, resume)
+        return made
+
+    def _connect(self, base_url: str | None, api_key: str | None, base_model: str, rank: int,
+                 resume: str | None) -> Any:
         import tinker
 
-        service = tinker.ServiceClient(base_url=base_url, api_key=api_key)
-        return cls(service.create_lora_training_client(base_model=base_model, rank=rank))
+        self.service = tinker.ServiceClient(base_url=base_url, api_key=api_key)
+        if resume:
+            return self.service.create_training_client_from_state_with_optimizer(resume).result()
+        return self.service.create_lora_training_client(base_model=base_model, rank=rank).result()
 
-    async def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    async def _call(self, what: str, method: str, *args: Any, **kwargs: Any) -> Any:
         def run() -> Any:
-            future = fn(*args, **kwargs)
+            if self.training_client is None:
+                self.training_client = self._open()
+            future = getattr(self.training_client, method)(*args, **kwargs)
             return future.result() if hasattr(future, "result") else future
 
         try:
             return await asyncio.to_thread(run)
         except Exception as exc:  # noqa: BLE001 - the SDK raises many types; one line for all
-            message = " ".join(str(exc).split())[:200]  # an SDK error can carry a whole HTML page
-            raise TrainingCallError(f"tinker {what} failed: {type(exc).__name__}: {message}") from None
+            message = " ".join(str(exc).split())[:300]  # an SDK error can carry a whole HTML page
+            status = getattr(exc, "status_code", None)  # a refused request (4xx but 408/429) is not worth repeating
+            refused = isinstance(status, int) and 400 <= status < 500 and status not in (408, 429)
+            raise TrainingCallError(f"tinker {what} failed: {type(exc).__name__}: {message}",
+                                    retryable=not refused) from None
 
     async def forward_backward(self, datums: Sequence[Datum], loss_fn: str = "importance_sampling",
                                loss_fn_config: dict[str, float] | None = None) -> ForwardBackwardResult:
         data = [to_tinker_datum(d) for d in datums]
-        out = await self._call("forward_backward", self.training_client.forward_backward, data, loss_fn,
+        out = await self._call("forward_backward", "forward_backward", data, loss_fn,
                                loss_fn_config)
         metrics = {k: float(v) for k, v in (getattr(out, "metrics", None) or {}).items()}
         nbytes = sum(d.nbytes for d in datums)
@@ -225,39 +167,45 @@ class TinkerTrainingClient:
         params = types.AdamParams(learning_rate=adam.learning_rate, beta1=adam.beta1, beta2=adam.beta2,
                                   eps=adam.eps, weight_decay=adam.weight_decay)
         if self._unsaved is None:
-            out = await self._call("optim_step", self.training_client.optim_step, params)
+            out = await self._call("optim_step", "optim_step", params)
             self._version += 1
             self._unsaved = {k: float(v) for k, v in (getattr(out, "metrics", None) or {}).items()}
         path = ""
         if self.sampler_weights:  # the sampler serves new weights only once they are saved for it
             # a failure here leaves `_unsaved` set: the Learner's retry saves again, it does not step twice
-            saved = await self._call("save_weights_for_sampler", self.training_client.save_weights_for_sampler,
+            saved = await self._call("save_weights_for_sampler", "save_weights_for_sampler",
                                      f"step-{self._version:06d}")
             path = str(getattr(saved, "path", "") or "")
         metrics, self._unsaved = self._unsaved, None
         return OptimStepResult(version=self._version, metrics=metrics, sampler_path=path)
 
     async def save_state(self, name: str) -> str:
-        """Save under `name` made a Tinker checkpoint name (`runs/x/policy` -> `runs_x_policy`)."""
-        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "policy"
-        out = await self._call("save_state", self.training_client.save_state, name)
+        """Save under the last part of `name` made a Tinker checkpoint name (`runs/x/step-000001`
+        -> `step-000001`: the service keeps each training run's checkpoints apart)."""
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", name.rstrip("/").rsplit("/", 1)[-1]).strip("_") or "policy"
+        out = await self._call("save_state", "save_state", name)
         return str(getattr(out, "path", name))
 
     async def load_state(self, path: str) -> int:
-        await self._call("load_state", self.training_client.load_state, path)
+        await self._call("load_state", "load_state", path)
         return self._version
 
+    async def save_for_sampler(self, name: str) -> str:
+        """Save the current weights for sampling; their `tinker://` path."""
+        saved = await self._call("save_weights_for_sampler", "save_weights_for_sampler", name)
+        return str(getattr(saved, "path", "") or "")
+
     async def close(self) -> None:
-        return None
+        if self.service is not None:
+            service, self.service = self.service, None
+            await asyncio.to_thread(lambda: service.close("success").result())
 
 
 def make_training_client(kind: str, *, base_url: str, api_key: str | None = None,
                          base_model: str = "", rank: int = 32) -> TrainingClient:
-    """`local` (built-in service at base_url) or `tinker` (SDK; base_model required)."""
-    if kind == "local":
-        return LocalTrainingClient(base_url)
-    if kind == "tinker":
-        if not base_model:
-            raise ValueError("the tinker training client needs --base-model")
-        return TinkerTrainingClient.connect(base_url or None, api_key, base_model, rank)
-    raise ValueError(f"unknown training client {kind!r} (choose local or tinker)")
+    """`tinker` (the SDK against `base_url`; base_model required)."""
+    if kind != "tinker":
+        raise ValueError(f"unknown training client {kind!r} (the one there is: tinker)")
+    if not base_model:
+        raise ValueError("the tinker training client needs --base-model")
+    return TinkerTrainingClient.connect(base_url or None, api_key, base_model, rank)

@@ -178,6 +178,13 @@ class Learner:
         """Save the training state under `name` (retried like every training call); its path."""
         return await self._retrier.call(self._client().save_state, name)
 
+    async def publish(self, name: str) -> str:
+        """Save the current weights for a separate sampler (a run resumed from a checkpoint
+        samples them from its first rollout); their path, "" when the client has no sampler."""
+        client = self._client()
+        save = getattr(client, "save_for_sampler", None)
+        return await self._retrier.call(save, name) if save is not None else ""
+
     async def call_stats(self) -> CallStats:
         """Every training call so far: attempts, failures, retries."""
         return self._retrier.stats

@@ -1,4 +1,4 @@
-"""Start the built-in policy server as a child process and know its URL.
+"""Start a server child process (the built-in chat server, tinker-sim) and know its URL.
 
 Invariant: a `BuiltinServer` owns exactly one child. The child is stopped by `close()`, by
 leaving the `with` block, at interpreter exit, and (through its stdin pipe closing) even
@@ -78,22 +78,27 @@ def _read_ready_line(process: subprocess.Popen[bytes], timeout: float) -> str | 
 
 def start_builtin_server(state: Path | None = None, timeout: float = 30.0, seed: int | None = None,
                          host: str | None = None, port: int = 0) -> BuiltinServer:
-    """Spawn the server, wait for its `LISTENING <url>` line, return a handle to it.
+    """Spawn the built-in chat server, wait for its `LISTENING <url>` line, return a handle to it.
 
     `host` None: loopback, or this node's address when the driver joined a Ray cluster."""
+    command = ["-m", "rl_daytona.policy.server", "--port", str(port)]
+    if state is not None:
+        command += ["--state", str(state)]
+    if seed is not None:
+        command += ["--seed", str(seed)]
+    return spawn_server(command, host, timeout, "built-in policy server")
+
+
+def spawn_server(args: list[str], host: str | None, timeout: float, what: str) -> BuiltinServer:
+    """`python ARGS --host H --stop-on-stdin-eof` as a child that prints `LISTENING <url>` once bound."""
     if host is None:
         host = "127.0.0.1"
         if "ray" in sys.modules:  # never imports Ray just to learn it is not running
             from rl_daytona.runtime import policy_host
 
             host = policy_host()
-    command = [sys.executable, "-m", "rl_daytona.policy.server", "--host", host, "--port", str(port),
-               "--stop-on-stdin-eof"]
-    if state is not None:
-        command += ["--state", str(state)]
-    if seed is not None:
-        command += ["--seed", str(seed)]
-    log_file = tempfile.NamedTemporaryFile(prefix="builtin-policy-", suffix=".log", delete=False)
+    command = [sys.executable, *args, "--host", host, "--stop-on-stdin-eof"]
+    log_file = tempfile.NamedTemporaryFile(prefix="rl-daytona-server-", suffix=".log", delete=False)
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file)
     log_file.close()
     url = _read_ready_line(process, timeout)
@@ -101,5 +106,5 @@ def start_builtin_server(state: Path | None = None, timeout: float = 30.0, seed:
         process.kill()
         process.wait()
         tail = Path(log_file.name).read_text(errors="replace")[-2000:]
-        raise ServerStartError(f"built-in policy server did not start within {timeout}s: {tail.strip()}")
+        raise ServerStartError(f"{what} did not start within {timeout}s: {tail.strip()}")
     return BuiltinServer(process, url, Path(log_file.name))

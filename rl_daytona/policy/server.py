@@ -3,14 +3,14 @@
     python -m rl_daytona.policy.server --host 127.0.0.1 --port 0 [--state PATH] [--seed N]
 
 prints exactly one line `LISTENING http://<host>:<port>/v1` on stdout once bound, then
-serves `POST /v1/chat/completions`, `GET /v1/models`, `GET /health`, and the Tinker-shaped
-training calls `POST /v1/train/{forward_backward,optim_step,save,load}` and `GET /v1/train/info`.
+serves `POST /v1/chat/completions`, `GET /v1/models` and `GET /health`: the built-in policy
+for `eval` (training goes through the tinker SDK to the local Tinker-compatible service,
+`rl_daytona.tinker_sim`, which trains the same model).
 
 Invariant: a request never takes the server down. Malformed JSON, missing messages or an
 unknown role is an HTTP 400 with an OpenAI-style error body; anything unexpected is a 500
 with the same shape. Sampling runs inline on the event loop (a request costs a few ms of
-CPU), so responses come back in arrival order. Training calls run in a worker thread, so
-sampling keeps answering during a step; weights are swapped whole at `optim_step`.
+CPU), so responses come back in arrival order.
 """
 
 from __future__ import annotations
@@ -29,11 +29,9 @@ from rl_daytona.policy.chat import ChatFormatError
 from rl_daytona.policy.model import PolicyModel
 from rl_daytona.policy.protocol import RequestError, completion_response, error_body, parse_request
 from rl_daytona.policy.service import PolicyService
-from rl_daytona.policy.training import Trainer, TrainingError, parse_adam, parse_datum
 
 MODEL_ID = "builtin"
 SERVICE_KEY = web.AppKey("service", PolicyService)
-TRAINER_KEY = web.AppKey("trainer", Trainer)
 log = logging.getLogger(__name__)
 
 
@@ -49,81 +47,6 @@ async def chat_completions(request: web.Request) -> web.Response:
         return web.json_response(error_body(f"internal error: {type(exc).__name__}: {exc}", kind="server_error"),
                                  status=500)
     return web.json_response(completion_response(chat, done.prompt_ids, done.choices, done.version))
-
-
-async def _json_object(request: web.Request) -> dict:
-    try:
-        body = json.loads(await request.read())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise TrainingError(f"request body is not JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise TrainingError("request body must be a JSON object")
-    return body
-
-
-async def _train_call(request: web.Request, work) -> web.Response:  # type: ignore[no-untyped-def]
-    """Run a training call off the event loop (sampling keeps answering) with uniform errors."""
-    try:
-        body = await _json_object(request)
-        result = await asyncio.to_thread(work, request.app[TRAINER_KEY], body)
-    except TrainingError as exc:
-        return web.json_response(error_body(str(exc)), status=400)
-    except Exception as exc:  # noqa: BLE001
-        log.exception("training call failed")
-        return web.json_response(error_body(f"internal error: {type(exc).__name__}: {exc}", kind="server_error"),
-                                 status=500)
-    return web.json_response(result)
-
-
-def _forward_backward(trainer: Trainer, body: dict) -> dict:
-    raw = body.get("forward_backward_input", body)  # Tinker nests datums + loss_fn under this key
-    datums = raw.get("data") if isinstance(raw, dict) else None
-    if not isinstance(datums, list) or not datums:
-        raise TrainingError("forward_backward needs a non-empty list of datums in 'data'")
-    parsed = [parse_datum(d, i) for i, d in enumerate(datums)]
-    return trainer.forward_backward(parsed, str(raw.get("loss_fn", "importance_sampling")),
-                                    raw.get("loss_fn_config") or None, _request_id(body))
-
-
-def _request_id(body: dict) -> str | None:
-    """The client's id for a call it may retry (the same id is applied once)."""
-    rid = body.get("request_id")
-    if rid is not None and (not isinstance(rid, str) or not 0 < len(rid) <= 200):
-        raise TrainingError("'request_id' must be a non-empty string of at most 200 characters")
-    return rid
-
-
-def _optim_step(trainer: Trainer, body: dict) -> dict:
-    return trainer.optim_step(parse_adam(body.get("adam_params")), _request_id(body))
-
-
-def _path_of(body: dict) -> str:
-    path = body.get("path")
-    if not isinstance(path, str) or not path:
-        raise TrainingError("'path' must be a non-empty string")
-    return path
-
-
-async def forward_backward(request: web.Request) -> web.Response:
-    return await _train_call(request, _forward_backward)
-
-
-async def optim_step(request: web.Request) -> web.Response:
-    return await _train_call(request, _optim_step)
-
-
-async def save_state(request: web.Request) -> web.Response:
-    return await _train_call(request, lambda t, b: t.save(_path_of(b)))
-
-
-async def load_state(request: web.Request) -> web.Response:
-    return await _train_call(request, lambda t, b: t.load(_path_of(b)))
-
-
-async def train_info(request: web.Request) -> web.Response:
-    trainer = request.app[TRAINER_KEY]
-    return web.json_response({"version": trainer.model.version, "pending_datums": trainer.pending_datums,
-                              "loss_fns": ["importance_sampling", "ppo"], "calls": dict(trainer.counts)})
 
 
 async def models(request: web.Request) -> web.Response:
@@ -145,16 +68,10 @@ async def _json_404(request: web.Request, handler):  # type: ignore[no-untyped-d
 
 
 def build_app(service: PolicyService) -> web.Application:
-    """The aiohttp application serving `service` (later routes, e.g. training, attach here)."""
+    """The aiohttp application serving `service`."""
     app = web.Application(middlewares=[web.middleware(_json_404)], client_max_size=64 * 1024 * 1024)
     app[SERVICE_KEY] = service
-    app[TRAINER_KEY] = Trainer(service.model)
     app.router.add_post("/v1/chat/completions", chat_completions)
-    app.router.add_post("/v1/train/forward_backward", forward_backward)
-    app.router.add_post("/v1/train/optim_step", optim_step)
-    app.router.add_post("/v1/train/save", save_state)
-    app.router.add_post("/v1/train/load", load_state)
-    app.router.add_get("/v1/train/info", train_info)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     return app

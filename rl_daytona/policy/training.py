@@ -139,7 +139,7 @@ class Trainer:
     lock: threading.Lock = field(default_factory=threading.Lock)
     accumulated: dict[str, dict[str, Any]] = field(default_factory=dict)  # request_id -> answer, this step
     last_step: tuple[str, dict[str, Any]] | None = None  # (request_id, answer) of the last optim_step
-    # what the service did, for `GET /v1/train/info`: a replay is a repeated request_id answered from memory
+    # what the service did: a replay is a repeated request_id answered from memory
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("forward_backward_applied", "forward_backward_replayed", "datums_applied", "optim_steps_applied",
          "optim_steps_replayed"), 0))

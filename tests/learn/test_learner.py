@@ -49,7 +49,7 @@ class RecordingClient:
         self.calls.append(("optim_step", adam))
         if self.optim_failures:
             self.optim_failures -= 1
-            raise TrainingCallError("optim_step: cannot reach http://127.0.0.1:9/v1/train/optim_step")
+            raise TrainingCallError("optim_step: cannot reach http://127.0.0.1:9/api/v1/optim_step")
         self.version += 1
         return OptimStepResult(version=self.version)
 

@@ -73,16 +73,20 @@ def test_lines_out_of_order_end_the_completed_prefix(tmp_path: Path) -> None:
 
 def test_where_resume_starts(stopped: Path, tmp_path: Path) -> None:
     common = dict(taskset="tests.learn.small_calc:SMALL_CALC", tasks_per_step=2, group=4)
-    in_place = _starting_point(TrainConfig(out=stopped, steps=4, resume=stopped, **common))
-    assert (in_place.next_step, in_place.version) == (2, 1)
+    run = tmp_path / "tinker-run"
+    run.mkdir()
+    ckpt = "tinker://sim-1:train:0/weights/step-000001"
+    (run / "metrics.jsonl").write_text(_line(-1, 0, None) + _line(0, 0, None) + _line(1, 1, ckpt))
+    in_place = _starting_point(TrainConfig(out=run, steps=4, resume=run, **common))
+    assert (in_place.next_step, in_place.version, in_place.checkpoint) == (2, 1, ckpt)
     with pytest.raises(ValueError, match=r"its 2 steps are done; pass --steps above 2"):
-        _starting_point(TrainConfig(out=stopped, steps=2, resume=stopped, **common))
-    # another --out: a new run from the folder's saved policy (RUNDIR/policy)
-    PolicyModel(version=1).save(stopped / "policy")
-    fresh = _starting_point(TrainConfig(out=tmp_path / "new", steps=4, resume=stopped, **common))
-    assert fresh == RunState((), 0, str(stopped / "policy"), 1)
+        _starting_point(TrainConfig(out=run, steps=2, resume=run, **common))
+    # another --out: a new run from the folder's last checkpoint, or from a tinker:// path
+    fresh = _starting_point(TrainConfig(out=tmp_path / "new", steps=4, resume=run, **common))
+    assert fresh == RunState((), 0, ckpt, 1)
+    assert _starting_point(TrainConfig(out=tmp_path / "new", steps=4, resume=ckpt, **common)) == RunState((), 0, ckpt, 0)
     with pytest.raises(ValueError, match="no metrics.jsonl there"):
         _starting_point(TrainConfig(out=tmp_path / "empty", steps=4, resume=tmp_path / "empty", **common))
-    (stopped / "checkpoints" / "step-000001.npz").unlink()
-    with pytest.raises(ValueError, match="no saved policy there"):
+    # a run folder from before training went through Tinker names a file, not a tinker:// checkpoint
+    with pytest.raises(ValueError, match="is not a tinker:// path"):
         _starting_point(TrainConfig(out=stopped, steps=4, resume=stopped, **common))

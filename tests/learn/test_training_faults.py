@@ -1,40 +1,31 @@
-"""The Learner against the real built-in model service behind a fault-injecting HTTP proxy.
+"""The Learner through the real `tinker` SDK against tinker-sim with injected faults.
 
-One in five training calls is answered 503 (before or after the service saw it) or held past
-the client's timeout (before or after): every step still completes, the service applies each
-chunk and each optimizer step exactly once (its own counters say so), and the final weights
-are bit-for-bit those of the same steps sent with no faults. With every call failing, the
-Learner gives up after ten failures in a row with one line, and the service applied nothing.
+Training calls meet 429s (with Retry-After), 500s before the call was applied, replies lost
+after it was applied, slow futures and failed futures: every step still completes, the service
+applies each chunk and each optimizer step exactly once (its own counters say so), and the
+final weights are bit-for-bit those of the same steps sent with no faults. With every call
+failing, the Learner gives up after ten failures in a row with one line and nothing applied.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from rl_daytona.learn.clients import LocalTrainingClient, TrainingCallError
+from rl_daytona.learn.clients import TinkerTrainingClient, TrainingCallError
 from rl_daytona.learn.learner import Learner, LearnerConfig, StepReport
 from rl_daytona.learn.retry import RetryPolicy
-from rl_daytona.policy.launch import start_builtin_server
-from rl_daytona.policy.model import PolicyModel
+from rl_daytona.tinker_sim import SIM_API_KEY, Faults, RunningSim, SimConfig, run_sim_in_thread
 from rl_daytona.types import Rollout, Trajectory
-from tests.fakes.fault_proxy import FaultProxy, random_faults
 from tests.learn.builders import rollout_of
 
-STEPS, GROUPS = 8, 3
-CLIENT_TIMEOUT, HANG = 1.0, 1.5
+STEPS, GROUPS = 4, 3
 RETRY = RetryPolicy(max_consecutive_failures=10, backoff=0.0)
-
-
-def _info(url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(url + "/train/info", timeout=30) as resp:
-        return json.loads(resp.read())
+ROUTES = ("forward_backward", "optim_step", "save_weights_for_sampler", "save_weights")
 
 
 def _step_rollouts(trajectories: list[Trajectory], step: int) -> list[Rollout]:
@@ -47,97 +38,74 @@ def _step_rollouts(trajectories: list[Trajectory], step: int) -> list[Rollout]:
     return out
 
 
-def _drive(url: str, trajectories: list[Trajectory], save_to: Path) -> tuple[list[StepReport], Any, str]:
-    """STEPS steps through a Learner (one chunk per group), then a save; reports, call stats, path."""
-    async def go() -> tuple[list[StepReport], Any, str]:
-        client = LocalTrainingClient(url, timeout=CLIENT_TIMEOUT)
-        learner = Learner(client, LearnerConfig(chunk_bytes=1, retry=RETRY))
+def _drive(sim: RunningSim, trajectories: list[Trajectory]) -> tuple[list[StepReport], Any]:
+    """STEPS steps through a Learner (one chunk per group) with a checkpoint each; reports, call stats."""
+    async def go() -> tuple[list[StepReport], Any]:
+        learner = Learner(TinkerTrainingClient.connect(sim.url, SIM_API_KEY, "builtin", 8),
+                          LearnerConfig(chunk_bytes=1, retry=RETRY))
         reports = []
         try:
             for step in range(STEPS):
                 await learner.begin_step(step, {f"s{step}g{g}": 2 for g in range(GROUPS)})
                 for rollout in _step_rollouts(trajectories, step):
                     await learner.add(rollout)
-                reports.append(await learner.train_step(step))
-            saved = await learner.save(str(save_to))
-            return reports, await learner.call_stats(), saved
+                reports.append(await learner.train_step(step, f"step-{step:06d}"))
+            return reports, await learner.call_stats()
         finally:
             await learner.close()
 
     return asyncio.run(go())
 
 
-def test_a_flaky_service_applies_every_chunk_exactly_once(trajectories: list[Trajectory], tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    # the model sums some features in set order, so its float results move with the hash seed;
-    # both services get the same one, which makes "the same steps" mean the same bits
-    monkeypatch.setenv("PYTHONHASHSEED", "0")
-    clean_server, flaky_server = start_builtin_server(), start_builtin_server()
-    try:
-        clean_reports, _, clean_saved = _drive(clean_server.url, trajectories, tmp_path / "clean")
-        with FaultProxy(flaky_server.url, random_faults(0.2, seed=2), hang_seconds=HANG) as proxy:
-            reports, stats, saved = _drive(proxy.url, trajectories, tmp_path / "flaky")
-        info = _info(flaky_server.url)
-    finally:
-        clean_server.close()
-        flaky_server.close()
-
-    faults = {kind: proxy.count(kind) for kind in ("503", "503_after", "hang_before", "hang_after")}
-    assert all(faults.values()), f"every fault kind should occur at this seed: {faults}"
+def test_a_faulty_service_applies_every_chunk_and_step_exactly_once(trajectories: list[Trajectory],
+                                                                    tmp_path: Path) -> None:
+    faults = Faults(rate_limit=3, server_error=3, lost_reply=4, failed_future=3, slow_future=2, slow_futures=3,
+                    retry_after=0.01, routes=ROUTES)
+    with run_sim_in_thread(SimConfig(state_dir=tmp_path / "clean")) as clean, \
+            run_sim_in_thread(SimConfig(state_dir=tmp_path / "faulty", faults=faults)) as faulty:
+        clean_reports, _ = _drive(clean, trajectories)
+        reports, stats = _drive(faulty, trajectories)
+        (clean_model,) = clean.state.models.values()
+        (model,) = faulty.state.models.values()
+    assert faults.fired == {"rate_limit": 3, "server_error": 3, "lost_reply": 4, "failed_future": 3,
+                            "slow_futures": 3}, faults.fired
     assert all(r.trained for r in reports) and [r.version for r in reports] == list(range(1, STEPS + 1))
+    assert all(r.checkpoint.endswith(f"/weights/step-{r.step:06d}") for r in reports)
     chunks = sum(r.chunks for r in reports)
     assert chunks == STEPS * GROUPS
-    # the client saw every fault and absorbed it
-    # at least every injected fault; under heavy load an unfaulted call can also outlast the 1 s client
-    # timeout, and that is a failure absorbed the same way (the invariants below still hold exactly)
-    assert stats.attempts == len(proxy.calls) and stats.failures >= sum(faults.values())
-    assert stats.retries == stats.failures  # every failure was followed by a retry that went on
-    assert sum(r.calls.attempts for r in reports) + proxy.count("ok", "save") + sum(
-        proxy.count(k, "save") for k in faults) == stats.attempts
-    # the service applied each chunk and each step once; a repeat it had already applied was answered from memory
-    calls = info["calls"]
-    forwarded = {route: sum(proxy.count(k, route) for k in ("ok", "503_after", "hang_after"))
-                 for route in ("forward_backward", "optim_step")}
-    assert calls["forward_backward_applied"] == chunks
-    assert calls["datums_applied"] == sum(r.datums for r in reports) == STEPS * GROUPS * 2
-    assert calls["optim_steps_applied"] == STEPS and info["version"] == STEPS and info["pending_datums"] == 0
-    assert calls["forward_backward_applied"] + calls["forward_backward_replayed"] == forwarded["forward_backward"]
-    assert calls["optim_steps_applied"] + calls["optim_steps_replayed"] == forwarded["optim_step"]
+    # the SDK absorbed the 429s, 500s, lost replies and slow futures itself; a failed future reached
+    # the Learner, whose retry is a new call (the failed one was not applied)
+    assert stats.failures == stats.retries == 3
+    counts = model.trainer.counts
+    assert counts["forward_backward_applied"] == chunks and counts["datums_applied"] == STEPS * GROUPS * 2
+    assert counts["optim_steps_applied"] == STEPS and model.trainer.model.version == STEPS
+    assert faulty.state.counts.get("replayed") == 4  # each lost reply's retry was answered, not applied
     # and the weights are exactly those of the same steps with no faults
     assert [r.loss for r in reports] == [r.loss for r in clean_reports]
-    clean, flaky = PolicyModel.load(clean_saved), PolicyModel.load(saved)
-    assert flaky.version == clean.version == STEPS
-    assert all(np.array_equal(flaky.params[k], clean.params[k]) for k in clean.params)
-    print(f"\nFAULTS {len(proxy.calls)} calls, {stats.failures} failed ({faults}), "
-          f"{stats.retries} retries, {STEPS} steps / {chunks} chunks applied once each, "
-          f"replayed {calls['forward_backward_replayed']} chunks + {calls['optim_steps_replayed']} steps")
+    clean_params, params = clean_model.trainer.model.params, model.trainer.model.params
+    assert all(np.array_equal(params[k], clean_params[k]) for k in clean_params)
 
 
-@pytest.mark.parametrize("kinds", [("503",), ("503", "hang_before")])
 def test_ten_failures_in_a_row_give_up_in_one_line_with_nothing_applied(trajectories: list[Trajectory],
-                                                                         kinds: tuple[str, ...]) -> None:
-    server = start_builtin_server()
-    try:
-        with FaultProxy(server.url, random_faults(1.0, seed=1, kinds=kinds), hang_seconds=HANG) as proxy:
-            async def go() -> None:
-                learner = Learner(LocalTrainingClient(proxy.url, timeout=CLIENT_TIMEOUT),
-                                  LearnerConfig(retry=RETRY))
-                try:
-                    await learner.begin_step(0, {"s0g0": 2})
-                    for rollout in _step_rollouts(trajectories, 0)[:2]:
-                        await learner.add(rollout)
-                    await learner.train_step(0)
-                finally:
-                    await learner.close()
+                                                                         tmp_path: Path) -> None:
+    faults = Faults(failed_future=100, routes=("forward_backward",))
+    with run_sim_in_thread(SimConfig(state_dir=tmp_path, faults=faults)) as sim:
+        async def go() -> None:
+            learner = Learner(TinkerTrainingClient.connect(sim.url, SIM_API_KEY, "builtin", 8),
+                              LearnerConfig(retry=RETRY))
+            try:
+                await learner.begin_step(0, {"s0g0": 2})
+                for rollout in _step_rollouts(trajectories, 0)[:2]:
+                    await learner.add(rollout)
+                await learner.train_step(0)
+            finally:
+                await learner.close()
 
-            with pytest.raises(TrainingCallError) as info:
-                asyncio.run(go())
-        served = _info(server.url)
-    finally:
-        server.close()
+        with pytest.raises(TrainingCallError) as info:
+            asyncio.run(go())
+        (model,) = sim.state.models.values()
     message = str(info.value)
-    assert "\n" not in message and message.startswith("forward_backward: ")
+    assert "\n" not in message and message.startswith("tinker forward_backward failed: RequestFailedError")
     assert message.endswith("(10 failures in a row, giving up)"), message
-    assert [route for route, _ in proxy.calls] == ["forward_backward"] * 10
-    assert served["version"] == 0 and served["pending_datums"] == 0
-    assert served["calls"]["forward_backward_applied"] == 0
+    assert faults.fired == {"failed_future": 10}
+    assert model.trainer.model.version == 0 and model.trainer.counts["forward_backward_applied"] == 0
