@@ -99,22 +99,31 @@ def _add_run_flags(p: argparse.ArgumentParser, taskset_flag: bool = True) -> Non
                    help="do not size a Daytona warm pool to the batch (cold creates only)")
 
 
+RENDERER_HELP = ("chat template between messages and tokens: auto (picked by model name, and said), builtin, "
+                 "qwen3, qwen3_disable_thinking, qwen3_instruct, qwen3_thinking, qwen3_5, qwen3_5_disable_thinking, "
+                 "llama3, hf (the tokenizer's own chat template)")
+TOKENIZER_HELP = ("tokenizer for the renderer: a Hugging Face model name (its cache first) or a local folder "
+                  "(default: the base model's)")
+
+
 def _add_trainer_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trainer", default="tinker", choices=["tinker"],
                    help="training service, through its SDK (default tinker; without --tinker-url: the local "
                         "Tinker-compatible service with the built-in model, started for the run)")
     p.add_argument("--base-model", default="builtin", help="model to train and sample (default builtin)")
     p.add_argument("--lora-rank", type=_positive_int, default=32, help="LoRA rank of the training client")
-    p.add_argument("--renderer", default="auto", help="chat template between messages and tokens (auto, builtin)")
+    p.add_argument("--renderer", default="auto", help=RENDERER_HELP)
+    p.add_argument("--tokenizer", default=None, metavar="NAME|PATH", help=TOKENIZER_HELP)
     p.add_argument("--tinker-url", default=None,
-                   help="Tinker service URL (key from TINKER_API_KEY); default: the local service for the run")
+                   help="Tinker service URL (key from TINKER_API_KEY); default: the local service for the built-in "
+                        "model, hosted Tinker (TINKER_BASE_URL, else the SDK's default) for any other")
 
 
 def _trainer(args: argparse.Namespace) -> Any:
     from rl_daytona.tinker_run import TinkerTarget
 
     return TinkerTarget(url=args.tinker_url, base_model=args.base_model, lora_rank=args.lora_rank,
-                        renderer=args.renderer)
+                        renderer=args.renderer, tokenizer=args.tokenizer)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -130,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                      "Tinker-compatible service; others need --tinker-url)")
     ev.add_argument("--model-path", default=None, metavar="tinker://...", help="sample a saved tinker:// checkpoint")
     ev.add_argument("--tinker-url", default=None, help="Tinker service URL (key from TINKER_API_KEY)")
-    ev.add_argument("--renderer", default="auto", help="chat template between messages and tokens (auto, builtin)")
+    ev.add_argument("--renderer", default="auto", help=RENDERER_HELP)
+    ev.add_argument("--tokenizer", default=None, metavar="NAME|PATH", help=TOKENIZER_HELP)
     _add_run_flags(ev)
     tr = sub.add_parser("train", help="train the built-in policy on a taskset's train split with group-relative RL",
                         description="Sample tasks from the train split each step, run GROUP attempts of each, "
@@ -250,7 +260,8 @@ def _eval_tinker(args: argparse.Namespace) -> Any:
         raise ValueError(f"--model-path {args.model_path!r} is not a tinker:// path")
     from rl_daytona.tinker_run import TinkerTarget
 
-    return TinkerTarget(url=args.tinker_url, base_model=args.base_model or "builtin", renderer=args.renderer)
+    return TinkerTarget(url=tinker_url, base_model=base_model or "builtin", renderer=args.renderer,
+                        tokenizer=args.tokenizer)
 
 
 def _train(args: argparse.Namespace) -> int:

@@ -20,41 +20,57 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sys
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
 BUILTIN = "builtin"
-RENDERERS = ("auto", "builtin")
 
 
 @dataclass(frozen=True)
 class TinkerTarget:
-    url: str | None = None  # None: the local Tinker-compatible service, started for the run
+    url: str | None = None  # None: the local service for the built-in model, else hosted Tinker
     base_model: str = BUILTIN
     lora_rank: int = 32
     renderer: str = "auto"
+    tokenizer: str | None = None  # a Hugging Face name or local folder (default: the base model's)
 
     @property
     def where(self) -> str:
         return self.url or "the local Tinker-compatible service"
 
 
-def resolve_renderer(name: str, base_model: str) -> Any:
-    """THE lookup of a renderer by name (chat-template renderers plug in here): `auto` picks
-    the one for `base_model`; an unknown name is one ValueError line."""
-    if name == "auto":
-        if base_model != BUILTIN:
-            raise ValueError(f"--renderer auto: no renderer is known for {base_model!r} yet "
-                             f"(renderers: {', '.join(RENDERERS[1:])}); pass --renderer NAME")
-        name = BUILTIN
-    if name == BUILTIN:
-        from rl_daytona.policy.tinker_sampler import BuiltinRenderer
+def hosted_url() -> str:
+    """Hosted Tinker's URL as the SDK resolves it (TINKER_BASE_URL, else the SDK's default)."""
+    from tinker.lib.base_url import DEFAULT_BASE_URL
 
-        return BuiltinRenderer()
-    raise ValueError(f"unknown --renderer {name!r} (choose from: {', '.join(RENDERERS)})")
+    return os.environ.get("TINKER_BASE_URL") or DEFAULT_BASE_URL
+
+
+def with_default_url(target: TinkerTarget) -> TinkerTarget:
+    """No URL: the local service for the built-in model, hosted Tinker for any other model."""
+    if target.url is not None or target.base_model == BUILTIN:
+        return target
+    return replace(target, url=hosted_url())
+
+
+def resolve_renderer(name: str, base_model: str) -> tuple[str, str]:
+    """THE lookup of a renderer by name, without loading anything: (name, one line saying which
+    and why); `auto` picks by model name; an unknown name is one ValueError line."""
+    from rl_daytona.renderers import resolve_renderer as resolve
+
+    return resolve(name, base_model)
+
+
+def load_renderer(target: TinkerTarget) -> Any:
+    """The run's renderer, its tokenizer loaded (--tokenizer, else the base model's name)."""
+    from rl_daytona.renderers import pick_renderer
+
+    renderer, _reason = pick_renderer(target.renderer, target.base_model, target.tokenizer)
+    return renderer
 
 
 def _get(url: str, key: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
@@ -77,16 +93,19 @@ def api_key_for(target: TinkerTarget, is_sim: bool) -> str:
                      "(export TINKER_API_KEY=tml-...)")
 
 
-def check_target(target: TinkerTarget) -> str:
+def check_target(target: TinkerTarget, announce: bool = True) -> str:
     """Check what can be checked before the run starts; the API key to use (URL None: the
-    local service's). One ValueError line when the run cannot train there."""
+    local service's). One ValueError line when the run cannot train there. `announce` prints
+    which renderer was picked and why."""
     if target.lora_rank < 1:
         raise ValueError(f"--lora-rank must be at least 1, got {target.lora_rank}")
-    if target.url is None and target.base_model != BUILTIN:
-        from rl_daytona.tinker_sim.state import unknown_model_message
-
-        raise ValueError(unknown_model_message(target.base_model) + "; for another model pass --tinker-url URL")
-    resolve_renderer(target.renderer, target.base_model)
+    hosted_by_default = target.url is None and target.base_model != BUILTIN
+    target = with_default_url(target)
+    _chosen, why = resolve_renderer(target.renderer, target.base_model)
+    if announce:
+        print(f"rl-daytona: {why}", file=sys.stderr, flush=True)
+    if hosted_by_default:
+        api_key_for(target, is_sim=False)  # hosted Tinker needs the key: say so before dialling it
     if target.url is None:
         return api_key_for(target, is_sim=True)
     base = target.url.rstrip("/")
@@ -125,7 +144,8 @@ class Trainer:
 
         from rl_daytona.policy.tinker_sampler import SamplerServer, TinkerSamplingService
 
-        self.key = check_target(target)
+        target = self.target = with_default_url(target)
+        self.key = check_target(target, announce=False)
         self.base_url = target.url
         if target.url is None:
             from rl_daytona.policy.launch import spawn_server
@@ -146,7 +166,7 @@ class Trainer:
             raise ValueError(f"cannot sample {model_path or target.base_model} on {target.where}: "
                              f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}") from None
         make = functools.partial(_sampling_client, self.service)
-        server = SamplerServer(TinkerSamplingService(sampler, resolve_renderer(target.renderer, target.base_model),
+        server = SamplerServer(TinkerSamplingService(sampler, load_renderer(target),
                                                      make_sampling_client=make), host=_host())
         self._closers.append(server.close)
         self.url = server.url

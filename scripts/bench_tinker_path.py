@@ -3,7 +3,7 @@
     .venv/bin/python scripts/bench_tinker_path.py [--completions 400] [--concurrency 8] [--rounds 4]
 
 old: the built-in chat server answers the agents directly and trains in-process (its
-     `Trainer`, the code the removed /v1/train routes ran, minus their HTTP: a lower bound)
+     `Trainer`, the code the removed home-made training routes ran, minus their HTTP: a lower bound)
 new: the agents' endpoint asks the tinker SDK's SamplingClient, which asks the local
      Tinker-compatible service (child process); training through the SDK's TrainingClient
 

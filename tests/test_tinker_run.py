@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -56,15 +57,49 @@ def test_a_hosted_url_needs_the_key_and_the_model(hosted: str, monkeypatch: pyte
 
 
 def test_renderers_are_looked_up_in_one_place() -> None:
-    assert type(resolve_renderer("auto", "builtin")).__name__ == "BuiltinRenderer"
-    with pytest.raises(ValueError, match="no renderer is known for 'Qwen/Qwen3-8B' yet"):
-        resolve_renderer("auto", "Qwen/Qwen3-8B")
-    with pytest.raises(ValueError, match="unknown --renderer 'chatml'"):
+    assert resolve_renderer("auto", "builtin")[0] == "builtin"
+    chosen, why = resolve_renderer("auto", "Qwen/Qwen3-4B-Instruct-2507")
+    assert chosen == "qwen3_instruct" and "Qwen/Qwen3-4B-Instruct-2507" in why
+    assert resolve_renderer("auto", "meta-llama/Llama-3.1-8B-Instruct")[0] == "llama3"
+    with pytest.raises(ValueError, match="unknown renderer 'chatml'"):
         resolve_renderer("chatml", "builtin")
 
 
-def test_the_local_service_serves_only_the_built_in_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(ValueError, match="serves only its built-in model 'builtin'"):
-        check_target(TinkerTarget(base_model="Qwen/Qwen3-8B"))
+def test_a_qwen_run_says_its_renderer_then_needs_the_hosted_key(monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    monkeypatch.setenv("TINKER_BASE_URL", "http://127.0.0.1:9/hosted")  # never dialled: the key is checked first
+    with pytest.raises(ValueError) as failed:
+        check_target(TinkerTarget(base_model="Qwen/Qwen3-4B-Instruct-2507"))
+    assert str(failed.value) == ("TINKER_API_KEY is not set: the Tinker service at http://127.0.0.1:9/hosted needs "
+                                 "it (export TINKER_API_KEY=tml-...)")
+    assert "renderer qwen3_instruct for Qwen/Qwen3-4B-Instruct-2507" in capsys.readouterr().err
+
+
+def test_a_train_for_qwen_without_a_key_stops_in_one_line_and_creates_nothing(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rl_daytona.cli import main
+
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    monkeypatch.setenv("TINKER_BASE_URL", "http://127.0.0.1:9/hosted")
+    with pytest.raises(SystemExit) as done:
+        main(["train", "--trainer", "tinker", "--base-model", "Qwen/Qwen3-4B-Instruct-2507", "--renderer", "auto",
+              "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "renderer qwen3_instruct" in err
+    assert err.strip().splitlines()[-1].startswith("rl-daytona train: error: TINKER_API_KEY is not set")
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_local_service_serves_only_the_built_in_model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from rl_daytona.tinker_sim import RunningSim, SimConfig, run_sim_in_thread
+
+    monkeypatch.delenv("TINKER_API_KEY", raising=False)
+    sim: RunningSim
+    with run_sim_in_thread(SimConfig(state_dir=tmp_path / "state")) as sim:
+        with pytest.raises(ValueError) as failed:
+            check_target(TinkerTarget(url=sim.url, base_model="Qwen/Qwen3-4B-Instruct-2507"))
+        assert str(failed.value) == (f"base model 'Qwen/Qwen3-4B-Instruct-2507' is not offered by {sim.url} "
+                                     f"(it offers: builtin)")
     monkeypatch.setenv("TINKER_API_KEY", "tml-the-users-real-key")
     assert check_target(TinkerTarget()) == "tml-tinker-sim-local", "a real key never goes to the local service"
