@@ -110,13 +110,29 @@ def plan_grade(sources: list[str], tests: Mapping[str, str], expected_passed: in
     return GradePlan(checked, tuple(sorted(tests.items())), int(expected_passed), float(timeout), locations)
 
 
+def module_names(sources: tuple[str, ...]) -> list[str]:
+    """The importable module names of the declared sources (`pkg/__init__.py` -> `pkg`)."""
+    names = []
+    for rel in sources:
+        if not rel.endswith(".py"):
+            continue
+        parts = rel[:-3].split("/")
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if parts and all(p.isidentifier() for p in parts):
+            names.append(".".join(parts))
+    return names
+
+
 def bootstrap_program(plan: GradePlan, nonce: str, workspace: str = WORKSPACE) -> bytes:
     """The Python program sent on stdin: the bootstrap source plus its embedded config."""
     config = {
         "nonce": nonce, "workspace": workspace, "tmpdir": "/tmp", "timeout": plan.timeout,
         "sources": list(plan.sources), "tests": dict(plan.tests),
         "locations": {node: {"file": f, "name": n, "lines": list(ls)} for node, f, n, ls in plan.locations},
-        "runner": (_HERE / "grader_runner.py").read_text(),
+        "programs": {f"rlgrade_{name}.py": (_HERE / f"grader_{name}.py").read_text()
+                     for name in ("runner", "worker", "codec", "proxy", "imports")},
+        "modules": module_names(plan.sources),
     }
     encoded = base64.b64encode(json.dumps(config).encode()).decode()
     source = (_HERE / "grader_bootstrap.py").read_text()
@@ -165,6 +181,9 @@ def _problems(verdict: Mapping[str, Any], outcomes: Mapping[str, str], plan: Gra
     problems = [f"tampering detected: {_listing(list(report.get('tampered') or []), 3)}"] if report.get("tampered") else []
     if verdict.get("test_files_changed"):
         problems.append(f"pristine test files changed while grading: {_listing(verdict['test_files_changed'])}")
+    if report.get("crossing_errors"):
+        problems.append("needed something that cannot cross the grading boundary (a task-authoring error "
+                        f"if the code is right): {_listing(list(report['crossing_errors']), 2)[:600]}")
     if report.get("collect_errors"):
         problems.append(f"collection errors: {_listing(report['collect_errors'], 1)[:600]}")
     not_passed = [f"{n} ({o})" for n, o in sorted(outcomes.items()) if o != "passed"]
