@@ -183,7 +183,7 @@ def _problems(verdict: Mapping[str, Any], outcomes: Mapping[str, str], plan: Gra
         problems.append(f"pristine test files changed while grading: {_listing(verdict['test_files_changed'])}")
     if report.get("crossing_errors"):
         problems.append("needed something that cannot cross the grading boundary (a task-authoring error "
-                        f"if the code is right): {_listing(list(report['crossing_errors']), 2)[:600]}")
+                        f"if the code is right): {_listing(list(report['crossing_errors']), 3)[:900]}")
     if report.get("collect_errors"):
         problems.append(f"collection errors: {_listing(report['collect_errors'], 1)[:600]}")
     not_passed = [f"{n} ({o})" for n, o in sorted(outcomes.items()) if o != "passed"]

@@ -36,7 +36,11 @@ BUILTIN_EXCEPTIONS = {name: value for name, value in vars(builtins).items()
                       if isinstance(value, type) and issubclass(value, BaseException)}
 
 
-class TooLarge(ValueError):
+class CannotEncode(ValueError):
+    """A value the boundary cannot carry."""
+
+
+class TooLarge(CannotEncode):
     """A value or message over the boundary's size or depth limits."""
 
 
@@ -60,7 +64,7 @@ def _plain(value: Any) -> tuple[str, Any] | None:
     if kind is bool or value is None:
         return ("atom", value)
     for base, read in _BASES:
-        if kind is base:
+        if kind is base and base is not dict:
             return (base.__name__, value)
         if issubclass(kind, base):
             return (base.__name__, read(value))
@@ -83,7 +87,7 @@ def encode(value: Any, other: Callable[[Any], Any], budget: Budget | None = None
     plain = _plain(value)
     if plain is None:
         return _special(value, other, budget, depth)
-    kind, value = plain
+    original, (kind, value) = type(value), plain
     inner = depth + 1
     if kind in ("atom", "int", "str"):
         return value
@@ -92,9 +96,11 @@ def encode(value: Any, other: Callable[[Any], Any], budget: Budget | None = None
     if kind == "list":
         return [encode(v, other, budget, inner) for v in value]
     if kind == "tuple":
-        fields = getattr(type(value), "_fields", None) if type(value) is not tuple else None
+        fields = vars(original).get("_fields") if original is not tuple else None
         items = [encode(v, other, budget, inner) for v in value]
-        return {"t": items} if fields is None else {"nt": [type(value).__name__, list(fields), items]}
+        if type(fields) is not tuple or not all(type(f) is str for f in fields):
+            return {"t": items}
+        return {"nt": [type.__dict__["__name__"].__get__(original), list(fields), items]}
     if kind == "dict":
         return {"d": [[encode(k, other, budget, inner), encode(v, other, budget, inner)] for k, v in value]}
     if kind in ("set", "frozenset"):
@@ -187,7 +193,10 @@ def _namedtuple(spec: Any, handle: Callable[..., Any], exc_class: Callable[..., 
 
 
 def dumps(message: Any) -> bytes:
-    body = json.dumps(message, separators=(",", ":")).encode()
+    try:
+        body = json.dumps(message, separators=(",", ":")).encode()
+    except ValueError as exc:  # an int over sys.get_int_max_str_digits
+        raise CannotEncode(str(exc)) from None
     if len(body) > MAX_MESSAGE:
         raise TooLarge(f"a message of {len(body):,} bytes (the limit is {MAX_MESSAGE:,})")
     return _HEADER.pack(len(body)) + body

@@ -21,6 +21,7 @@ import os
 import socket
 import sys
 import traceback
+import types
 from typing import Any
 
 if __package__:
@@ -61,15 +62,16 @@ class Worker:
         self.ids: dict[int, int] = {}
 
     def handle(self, obj: Any) -> dict[str, Any]:
-        if isinstance(obj, type) and issubclass(obj, BaseException):
+        if issubclass(type(obj), type) and issubclass(obj, BaseException):
             return exception_class(obj)
         key = id(obj)
         if key not in self.ids:
             self.ids[key] = len(self.objects)
             self.objects.append(obj)
-        kind = "class" if isinstance(obj, type) else "module" if type(obj) is type(os) else "object"
-        name = obj.__qualname__ if isinstance(obj, type) else getattr(type(obj), "__qualname__", "?")
-        if kind == "object" and callable(obj) and isinstance(getattr(obj, "__name__", None), str):
+        is_class = issubclass(type(obj), type)  # type(), never obj.__class__, which may lie
+        kind = "class" if is_class else "module" if type(obj) is types.ModuleType else "object"
+        name = type.__dict__["__qualname__"].__get__(obj if is_class else type(obj))
+        if isinstance(obj, (types.FunctionType, types.BuiltinFunctionType)):
             name = obj.__name__
         return {"h": self.ids[key], "k": kind, "n": str(name)[:200]}
 
@@ -80,7 +82,12 @@ class Worker:
         return self.objects[index]
 
     def enc(self, value: Any) -> Any:
-        return codec.encode(value, self.handle)
+        try:
+            return codec.encode(value, self.handle)
+        except codec.CannotEncode:
+            raise
+        except Exception as exc:  # noqa: BLE001 - e.g. a metaclass lying about a class name
+            raise codec.CannotEncode(f"a value that cannot be described ({type(exc).__name__}: {exc})") from None
 
     def dec(self, data: Any) -> Any:
         return codec.decode(data, self.lookup, _no_exception_class)
@@ -167,14 +174,14 @@ def serve(channel: socket.socket, worker: Worker) -> None:
             return
         try:
             reply = worker.answer(request)
-        except codec.TooLarge as exc:
-            reply = {"fail": f"the code under test returned {exc}"}
+        except codec.CannotEncode as exc:
+            reply = {"fail": f"the code under test returned {exc}"[:MAX_TEXT]}
         except BaseException as exc:  # noqa: BLE001 - every exception of the code under test crosses
             reply = {"err": exception_data(exc, worker)}
         reply["id"] = request.get("id")
         try:
             data = codec.dumps(reply)
-        except (codec.TooLarge, ValueError) as exc:
+        except codec.CannotEncode as exc:
             data = codec.dumps({"id": request.get("id"), "fail": f"the answer could not cross: {exc}"[:MAX_TEXT]})
         channel.sendall(data)
 
