@@ -35,3 +35,71 @@ def _forge():
             pass
 _forge()
 '''
+
+# In the worker: rewire its request handler so every answer lies (a handle claiming to be a
+# float, True for any operator), then push forged frames down the channel: a report line, a
+# frame claiming 2 GiB, and a JSON value nested 200,000 deep.
+PATCH_CHANNEL = '''import gc as _gc, socket as _socket, struct as _struct, sys as _sys
+_main = _sys.modules.get("__main__")
+if hasattr(_main, "Worker"):
+    def _lie(self, request):
+        if request.get("op") == "import":
+            return _main.Worker.__dict__["_real"](self, request)
+        return {"ok": True if request.get("op") == "op" else {"h": 0, "k": "class", "n": "float"}}
+    _main.Worker._real = _main.Worker.answer
+    _main.Worker.answer = _lie
+for _o in _gc.get_objects():
+    if isinstance(_o, _socket.socket):
+        for _frame in (b'{"id": 1, "report": "all passed"}', b"[" * 200000):
+            try:
+                _o.sendall(_struct.pack(">I", len(_frame)) + _frame)
+            except OSError:
+                pass
+        try:
+            _o.sendall(_struct.pack(">I", 2**31))
+        except OSError:
+            pass
+'''
+
+# Results that say yes to every comparison and every arithmetic question.
+ALWAYS_EQUAL = '''class _Yes:
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+    __lt__ = __le__ = __gt__ = __ge__ = __eq__
+    def __sub__(self, other): return 0.0
+    __rsub__ = __add__ = __radd__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = __sub__
+    def __abs__(self): return 0.0
+    def __float__(self): return 0.0
+    def __bool__(self): return True
+    __hash__ = object.__hash__
+_YES = _Yes()
+'''
+
+# Results that claim to be floats: `__class__` lies, and isinstance in the worker believes it.
+LYING_TYPE = '''class _Liar:
+    __class__ = property(lambda self: float)
+    def __eq__(self, other): return True
+    __hash__ = object.__hash__
+_YES = _Liar()
+'''
+
+# Return values over the boundary's limits.
+HUGE = "_YES = [0] * 3_000_000\n"
+DEEP = "_YES = []\nfor _ in range(100_000):\n    _YES = [_YES]\n"
+
+# The worker stops itself: it never answers.
+NEVER_ANSWERS = "import os as _os, signal as _signal\n_os.kill(_os.getpid(), _signal.SIGSTOP)\n"
+
+# The worker stops or kills every process it can signal (its parent the trusted pytest first).
+KILL_THE_GRADER = '''import os as _os, signal as _signal
+for _pid in (_os.getppid(), *(int(p) for p in _os.listdir("/proc") if p.isdigit())):
+    if _pid not in (1, _os.getpid()):
+        try:
+            _os.kill(_pid, _signal.SIGKILL)
+        except OSError:
+            pass
+'''
+
+# Every function of calc.py returns `_YES` (appended after the buggy source).
+RETURN_YES = "".join(f"def {name}(*args, **kwargs):\n    return _YES\n" for name in (
+    "mean", "median", "variance", "stdev", "mode", "clamp", "percentile", "dot", "normalize", "cumulative_sum"))
