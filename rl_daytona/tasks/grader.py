@@ -221,6 +221,17 @@ def judge(verdict: Mapping[str, Any], plan: GradePlan) -> GradeResult:
     return GradeResult(1.0, good, expected, failed=0, detail=f"{good}/{expected} tests passed")
 
 
+async def end_leftover_processes(backend: Backend, sandbox: SandboxHandle) -> str:
+    """Where processes outlive a command, end every one the agent left ('' or why it failed)."""
+    if not getattr(backend, "grading_needs_reap", True):
+        return ""  # e.g. LocalBackend: each command's processes die with its pid namespace
+    program = (_HERE / "grader_reap.py").read_bytes()
+    result = await backend.exec(sandbox, BOOTSTRAP_COMMAND, stdin=program, timeout=EXEC_SLACK_SECONDS, cwd="/")
+    if result.exit_code != 0 or "RLREAP " not in result.stdout:
+        return f"could not end the agent's processes before grading (exit {result.exit_code}): {result.output[-300:]}"
+    return ""
+
+
 async def grade_pytest(
     backend: Backend,
     sandbox: SandboxHandle,
@@ -232,6 +243,9 @@ async def grade_pytest(
 ) -> GradeResult:
     """Grade the sandbox's `sources` against pristine `tests` (see the module docstring)."""
     plan = plan_grade(sources, tests, expected_passed, timeout)
+    failed_reap = await end_leftover_processes(backend, sandbox)
+    if failed_reap:
+        return GradeResult(0.0, 0, plan.expected_passed, detail=failed_reap)
     nonce = secrets.token_hex(16)
     result = await backend.exec(sandbox, BOOTSTRAP_COMMAND, stdin=bootstrap_program(plan, nonce),
                                 timeout=plan.timeout + EXEC_SLACK_SECONDS)
