@@ -131,7 +131,7 @@ def bootstrap_program(plan: GradePlan, nonce: str, workspace: str = WORKSPACE) -
         "sources": list(plan.sources), "tests": dict(plan.tests),
         "locations": {node: {"file": f, "name": n, "lines": list(ls)} for node, f, n, ls in plan.locations},
         "programs": {f"rlgrade_{name}.py": (_HERE / f"grader_{name}.py").read_text()
-                     for name in ("runner", "worker", "codec", "proxy", "imports")},
+                     for name in ("start", "runner", "worker", "codec", "proxy", "imports")},
         "modules": module_names(plan.sources),
     }
     encoded = base64.b64encode(json.dumps(config).encode()).decode()

@@ -122,8 +122,7 @@ def prepare(cfg: dict[str, Any]) -> dict[str, Any]:
     ini = write_file(meta, "pytest.ini", ini_text(work).encode())
     for name, text in cfg["programs"].items():
         write_file(meta, name, text.encode())
-    return {"root": root, "work": work, "src": src, "meta": meta, "home": home, "ini": ini,
-            "runner": os.path.join(meta, "rlgrade_runner.py"), "digests": digests}
+    return {"root": root, "work": work, "src": src, "meta": meta, "home": home, "ini": ini, "digests": digests}
 
 
 def pytest_args(cfg: dict[str, Any], place: dict[str, Any]) -> list[str]:
@@ -163,7 +162,8 @@ def run_runner(cfg: dict[str, Any], place: dict[str, Any], child_nonce: str) -> 
     report_r, report_w = os.pipe()
     output = open(os.path.join(place["meta"], "pytest-output.txt"), "w+b")
     proc = subprocess.Popen(
-        [sys.executable, "-I", "-B", place["runner"], str(config_r), str(report_w)],
+        [sys.executable, "-I", "-B", os.path.join(place["meta"], "rlgrade_start.py"), str(config_r), str(report_w),
+         place["meta"], place["src"], place["home"]],
         cwd=place["work"], env=clean_env(place["meta"]), stdin=subprocess.DEVNULL,
         stdout=output, stderr=subprocess.STDOUT, pass_fds=(config_r, report_w), start_new_session=True,
     )
@@ -171,8 +171,7 @@ def run_runner(cfg: dict[str, Any], place: dict[str, Any], child_nonce: str) -> 
     os.close(report_w)
     runner_cfg = {"nonce": child_nonce, "workdir": place["work"], "locations": cfg["locations"],
                   "pytest_args": pytest_args(cfg, place), "tests": cfg["tests"], "modules": cfg["modules"],
-                  "root": place["root"], "src": place["src"], "meta": place["meta"],
-                  "worker_home": place["home"], "timeout": cfg["timeout"]}
+                  "root": place["root"], "timeout": cfg["timeout"]}
     threading.Thread(target=_feed, args=(config_w, json.dumps(runner_cfg).encode()), daemon=True).start()
     chunks: list[bytes] = []
     reader = threading.Thread(target=_drain, args=(report_r, chunks), daemon=True)

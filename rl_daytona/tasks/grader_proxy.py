@@ -27,12 +27,9 @@ as their base type; context managers of the code under test see no exception in 
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import os
+import signal
 import socket
-import subprocess
 import sys
 import types
 from typing import Any, Callable
@@ -58,26 +55,14 @@ class WorkerFailure(BaseException):
 
 
 class Channel:
-    """The one connection to the worker process, started at the first request."""
+    """The one connection to the worker process (forked by `grader_start` before any secret)."""
 
-    def __init__(self, argv: list[str], cwd: str, env: dict[str, str], timeout: float) -> None:
-        self.argv, self.cwd, self.env, self.timeout = argv, cwd, env, timeout
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.sock: socket.socket | None = None
+    def __init__(self, sock: socket.socket, pid: int, timeout: float) -> None:
+        self.sock, self.pid = sock, pid
+        sock.settimeout(timeout)
         self.dead = ""
         self.seq = 0
         self.remotes: dict[int, Remote] = {}
-
-    def _start(self) -> socket.socket:
-        if self.sock is None:
-            mine, theirs = socket.socketpair()
-            self.proc = subprocess.Popen(
-                [*self.argv, str(theirs.fileno())], pass_fds=(theirs.fileno(),), cwd=self.cwd, env=self.env,
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            theirs.close()
-            mine.settimeout(self.timeout)
-            self.sock = mine
-        return self.sock
 
     def fail(self, why: str) -> WorkerFailure:
         self.dead = self.dead or why
@@ -85,11 +70,15 @@ class Channel:
         return WorkerFailure(self.dead)
 
     def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        if self.sock is not None:
-            self.sock.close()
+        """Kill the worker (idempotent)."""
+        if self.pid:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            except OSError:
+                pass
+            self.pid = 0
+        self.sock.close()
 
     def request(self, message: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         """Send one request; (decoded-later answer data, changed arguments) or raise."""
@@ -102,9 +91,8 @@ class Channel:
         except (codec.TooLarge, ValueError) as exc:
             raise CannotCross(f"a value sent to the code under test is too large: {exc}") from None
         try:
-            sock = self._start()
-            sock.sendall(data)
-            reply = codec.read_message(sock.recv)
+            self.sock.sendall(data)
+            reply = codec.read_message(self.sock.recv)
         except (OSError, EOFError, ValueError) as exc:
             why = "did not answer in time" if isinstance(exc, TimeoutError) else f"failed ({type(exc).__name__}: {exc})"
             raise self.fail(f"the worker running the code under test {why}") from None

@@ -1,6 +1,7 @@
 """Inside the sandbox: the trusted pytest process of the grading bootstrap (stdlib + pytest only).
 
-Run as `python -I -B runner.py <config_fd> <report_fd>` by `grader_bootstrap`. It makes itself
+Started by `grader_start` (which forked the worker first) as `main([_, <config_fd>, <report_fd>],
+channel, worker pid)` in the process `grader_bootstrap` launched. It makes itself
 non-dumpable (no ptrace, no /proc/<pid>/mem or fd access by other processes of its uid), reads
 its config (a child nonce, the pristine test texts, the declared module names, the pytest
 arguments, where each pristine test function is defined) from a pipe and closes it, installs
@@ -179,28 +180,22 @@ def make_undumpable() -> None:
         pass
 
 
-def boundary(config: dict[str, Any]) -> Any:
+def boundary(config: dict[str, Any], sock: Any, worker_pid: int) -> Any:
     """The worker channel, with the proxy finder and the firewall installed."""
-    sys.path.insert(0, config["meta"])
-    try:
-        import rlgrade_imports
-        import rlgrade_proxy
-    finally:
-        sys.path.remove(config["meta"])
-    worker = [sys.executable, "-I", "-B", os.path.join(config["meta"], "rlgrade_worker.py")]
-    home = config["worker_home"]
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "TMPDIR": home,
-           "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
-    channel = rlgrade_proxy.Channel(worker, config["src"], env, float(config["timeout"]))
+    import rlgrade_imports
+    import rlgrade_proxy
+
+    channel = rlgrade_proxy.Channel(sock, worker_pid, float(config["timeout"]))
     pristine = {os.path.realpath(os.path.join(config["workdir"], rel)): text for rel, text in config["tests"].items()}
     rlgrade_imports.install(channel, config["modules"], pristine, config["root"])
     return channel, rlgrade_proxy.CROSSING_ERRORS
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], sock: Any, worker_pid: int) -> int:
+    """Grade (argv: config fd, report fd); the worker is already forked (`grader_start`)."""
     make_undumpable()
     config = json.loads(_read_all(int(argv[1])))
-    channel, crossing_errors = boundary(config)
+    channel, crossing_errors = boundary(config, sock, worker_pid)
     plugin = GradePlugin(config["nonce"], int(argv[2]), config["locations"], config["workdir"], crossing_errors)
     try:
         code = pytest.main(list(config["pytest_args"]), plugins=[plugin])
@@ -208,7 +203,3 @@ def main(argv: list[str]) -> int:
         channel.close()
     plugin.write_report()
     return int(code)
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

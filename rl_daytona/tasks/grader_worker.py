@@ -1,8 +1,7 @@
 """Inside the sandbox: the worker, the only process that imports and runs the agent's sources.
 
-Run as `python -I -B rlgrade_worker.py <fd>` by the trusted pytest process (`grader_runner`),
-with its sources folder as cwd, a clean environment and no descriptor but the channel `fd`
-(and /dev/null on 0-2). It answers one request at a time: import a declared module, get or set
+Forked by `grader_start` before the grading config (the nonce) is read, it keeps no descriptor
+but its channel (and /dev/null on 0-2) and runs in its sources folder with a clean environment. It answers one request at a time: import a declared module, get or set
 an attribute, call, apply an operator. Values go back as `grader_codec` data; what cannot be
 copied stays here as a handle (an index into `objects`), raised exceptions go back as their
 class chain, builtin base and message, and lists, dicts, sets and bytearrays an argument's call
@@ -20,17 +19,13 @@ import operator
 import os
 import socket
 import sys
-import traceback
 import types
 from typing import Any
 
 if __package__:
     from rl_daytona.tasks import grader_codec as codec
-else:  # copied into the sandbox next to rlgrade_codec.py (-I keeps the script's folder off sys.path)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+else:  # copied into the sandbox next to rlgrade_codec.py
     import rlgrade_codec as codec  # type: ignore[no-redef]
-
-    del sys.path[0]
 
 MAX_TEXT = 4000
 
@@ -162,6 +157,8 @@ def exception_data(exc: BaseException, worker: Worker) -> dict[str, Any]:
         args = worker.enc(tuple(exc.args))
     except Exception:  # noqa: BLE001 - args that cannot cross: the message stands in for them
         args = None
+    import traceback
+
     text = "".join(traceback.format_exception(exc, limit=-8))[-MAX_TEXT:]
     return {"cls": exception_class(type(exc)), "msg": message[:MAX_TEXT], "args": args, "tb": text}
 
@@ -186,12 +183,17 @@ def serve(channel: socket.socket, worker: Worker) -> None:
         channel.sendall(data)
 
 
-def main(argv: list[str]) -> None:
-    channel = socket.socket(fileno=int(argv[1]))
-    sys.path.insert(0, os.getcwd())
+def become_worker(channel: socket.socket, src: str, home: str) -> None:
+    """In the freshly forked child: keep only the channel, move into `src`, serve until EOF."""
+    os.closerange(3, channel.fileno())
+    os.closerange(channel.fileno() + 1, 1 << 16)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.chdir(src)
+    path = os.environ.get("PATH", "/usr/bin:/bin")
+    os.environ.clear()
+    os.environ.update(PATH=path, HOME=home, TMPDIR=home, LANG="C.UTF-8", LC_ALL="C.UTF-8")
+    sys.path.insert(0, src)
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 4 * codec.MAX_DEPTH))
     serve(channel, Worker())
-
-
-if __name__ == "__main__":
-    main(sys.argv)
