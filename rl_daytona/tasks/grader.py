@@ -6,29 +6,47 @@ count equal to `expected_passed`, each test's setup, call and teardown passed) a
 tampering was seen. Anything else (a timeout, a missing or refused source, no verdict, a crash,
 an `os._exit`, a forged line) pays 0.0 with a detail saying why.
 
-How (backend neutral, one `backend.exec`): the host sends `grader_bootstrap` plus a config (the
-host nonce, the declared sources, the pristine tests, `grader_runner`) on stdin to
-`python -I -B -`. The bootstrap copies only the declared regular files from the workspace into a
-fresh `mkdtemp` folder, writes the pristine tests, its own ini and runner there, and runs pytest
-in a clean environment (`-I`: no PYTHON* variables, no user site, no cwd on sys.path; plugin
-autoload off; its own `-c` ini, `--rootdir`, `--confcutdir`), so the agent's conftest.py,
-pytest.ini/tox.ini/setup.cfg/pyproject.toml, sitecustomize/usercustomize, .pth files and edited
-tests are never seen. The runner learns a child nonce through a pipe it closes before any agent
-code is imported and writes one report line to another inherited pipe; the bootstrap, made
-non-dumpable, accepts exactly one report with that nonce and prints the verdict line with the
-host nonce, which never enters the process running the agent's code. Printed fake summaries
-or fake `RLGRADE` lines are ignored: stdout of pytest is never parsed for outcomes.
+How (backend neutral, `backend.exec` only): where the backend's processes outlive a command
+(Daytona; `grading_needs_reap`, default True), the host first runs `grader_reap`, which ends
+every process of the sandbox user but its own ancestors, so nothing the agent started is alive
+when grading begins (LocalBackend: each command's processes die with its pid namespace). Then
+it sends `grader_bootstrap` plus a config (the host nonce, the declared sources, the pristine
+tests, the grading programs) on stdin to `python -I -B -`. The bootstrap (non-dumpable) copies
+only the declared regular files from the workspace into a fresh `mkdtemp` folder, and starts
+`grader_start` in a clean environment (`-I`; plugin autoload off; its own `-c` ini,
+`--rootdir`, `--confcutdir`, `--noconftest`), so the agent's conftest.py, ini files,
+sitecustomize/usercustomize, .pth files and edited tests are never seen. `grader_start` forks
+the worker, then becomes the trusted pytest process (`grader_runner`, non-dumpable before the
+worker runs anything): it learns a child nonce through a pipe, runs the pristine tests compiled
+from memory, and imports the declared sources only as proxies (`grader_imports`,
+`grader_proxy`): every call into the code under test crosses a socketpair to the worker
+(`grader_worker`), the only process that imports the agent's code, as JSON data
+(`grader_codec`, never pickle; handles for what cannot be copied). The runner writes one
+report line to a pipe the worker never had; the bootstrap accepts exactly one report with the
+child nonce and prints the verdict line with the host nonce. Printed fake summaries or fake
+`RLGRADE` lines are ignored: stdout of pytest is never parsed for outcomes.
 
-Residual threats (documented, not closed): (1) code in the agent's sources runs inside the
-pytest process, so code written against this grader (finding the plugin object with `gc`,
-reading the child nonce, writing a forged report to the report fd, or patching and restoring
-pytest internals between the grader's integrity checks) can forge the runner's report; the
-runner detects the common forms (builtins/pytest/pluggy/math/operator/json patched, hooks or
-plugins added at import, test functions replaced, test files rewritten). (2) In a sandbox
-whose processes outlive a command (Daytona), a process the agent left running as the same
-user could race the grading folder or ptrace the pytest child; backends should end the
-agent's processes before grading. (3) The interpreter and site-packages must be read-only to
-the agent (true for the local bubblewrap backend).
+Defended (tests/tasks/test_grader*.py, tests/security/test_grader_attacks.py): code in the
+agent's sources runs only in the worker, which holds no nonce, no report descriptor and no
+test code; forging the report from memory (`gc`), patching pytest or builtins, lying on the
+channel, results equal to everything or lying about their type (`type()` decides, and a handle
+never compares with a plain value), huge or deeply nested results (size and depth limits),
+a worker that crashes, hangs or kills the grader: each fails the tests or the grading (0.0).
+Files the worker writes (a planted test, __init__.py, .pyc or conftest) never run in the
+trusted process. A daemon the agent left behind is gone before grading (reap, or pid
+namespaces).
+
+Residual threats (still true): (1) the worker runs as the same uid as the trusted process (the
+sandbox has no second uid to drop to: bubblewrap's user namespace maps one, Daytona's user is
+not root-capable by assumption); it cannot ptrace or read the non-dumpable runner, but it can
+signal it (which only ends the grading with 0) and can write anything that uid can, which the
+trusted process does not read after the worker starts. (2) An object of the code under test
+decides comparisons with another such object (`Stack(1) == Stack(2)`), as in any pytest run;
+and a test that hard-codes expected values can be satisfied by code that hard-codes them too.
+(3) The interpreter and site-packages must be read-only to the agent (true for the local
+bubblewrap backend and a Daytona user without root); the trusted process imports only from
+the interpreter's prefixes. (4) On Daytona the reap assumes the sandbox's own services run as
+another user (or are ancestors of the command); an agent that gained root is out of scope.
 """
 
 from __future__ import annotations
