@@ -142,10 +142,10 @@ def module_names(sources: tuple[str, ...]) -> list[str]:
     return names
 
 
-def bootstrap_program(plan: GradePlan, nonce: str, workspace: str = WORKSPACE) -> bytes:
+def bootstrap_program(plan: GradePlan, nonce: str, workspace: str = WORKSPACE, tmpdir: str = "/tmp") -> bytes:
     """The Python program sent on stdin: the bootstrap source plus its embedded config."""
     config = {
-        "nonce": nonce, "workspace": workspace, "tmpdir": "/tmp", "timeout": plan.timeout,
+        "nonce": nonce, "workspace": workspace, "tmpdir": tmpdir, "timeout": plan.timeout,
         "sources": list(plan.sources), "tests": dict(plan.tests),
         "locations": {node: {"file": f, "name": n, "lines": list(ls)} for node, f, n, ls in plan.locations},
         "programs": {f"rlgrade_{name}.py": (_HERE / f"grader_{name}.py").read_text()

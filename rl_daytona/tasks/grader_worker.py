@@ -183,6 +183,22 @@ def serve(channel: socket.socket, worker: Worker) -> None:
         channel.sendall(data)
 
 
+NOBODY = 65534
+
+
+def drop_to_nobody(src: str, home: str) -> None:
+    """Where the sandbox runs graders as root, the worker runs as nobody: it can then neither
+    signal the trusted process nor write what root wrote (its own folders are handed over)."""
+    os.chmod(os.path.dirname(src), 0o711)  # the grading root: traversable, not listable
+    for top in (src, home):
+        for folder, _, files in os.walk(top):
+            for path in (folder, *(os.path.join(folder, f) for f in files)):
+                os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+    os.setgroups([])
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
+
+
 def become_worker(channel: socket.socket, src: str, home: str) -> None:
     """In the freshly forked child: keep only the channel, move into `src`, serve until EOF."""
     os.closerange(3, channel.fileno())
@@ -190,6 +206,8 @@ def become_worker(channel: socket.socket, src: str, home: str) -> None:
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
+    if os.geteuid() == 0:
+        drop_to_nobody(src, home)
     os.chdir(src)
     path = os.environ.get("PATH", "/usr/bin:/bin")
     os.environ.clear()
