@@ -50,6 +50,11 @@ class Budget:
     def __init__(self) -> None:
         self.items = 0
 
+    def reserve(self, count: int) -> None:
+        """Refuse a container at once when its length alone is over the limit."""
+        if self.items + count > MAX_ITEMS:
+            raise TooLarge(f"a value of more than {MAX_ITEMS:,} items")
+
     def take(self, depth: int) -> None:
         self.items += 1
         if depth > MAX_DEPTH:
@@ -89,6 +94,8 @@ def encode(value: Any, other: Callable[[Any], Any], budget: Budget | None = None
         return _special(value, other, budget, depth)
     original, (kind, value) = type(value), plain
     inner = depth + 1
+    if kind in ("list", "tuple", "dict", "set", "frozenset"):
+        budget.reserve(len(value))
     if kind in ("atom", "int", "str"):
         return value
     if kind == "float":
@@ -129,6 +136,7 @@ def decode(data: Any, handle: Callable[[dict[str, Any]], Any], exc_class: Callab
         return data
     inner = depth + 1
     if type(data) is list:
+        budget.reserve(len(data))
         return [decode(v, handle, exc_class, budget, inner) for v in data]
     if type(data) is not dict or len(data) not in (1, 2, 3):
         raise ValueError(f"not boundary data: {type(data).__name__}")
@@ -138,6 +146,7 @@ def decode(data: Any, handle: Callable[[dict[str, Any]], Any], exc_class: Callab
         seq = data[key]
         if type(seq) is not list:
             raise ValueError(f"tag {key!r} needs a list")
+        budget.reserve(len(seq))
         return [decode(v, handle, exc_class, budget, inner) for v in seq]
 
     if tag == "t":
