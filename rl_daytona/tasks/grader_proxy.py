@@ -1,12 +1,9 @@
 """Inside the trusted pytest process: the code under test, reached only through the worker.
 
-`install` puts two finders first on `sys.meta_path`: `ProxyFinder` answers the declared source
-modules (and their parent packages) with `ProxyModule`s whose names come from the worker, so
-`from calc import mean` in an unchanged test file binds a `Remote` that forwards calls to the
-worker; `Firewall` serves the pristine test files (and pristine helper modules) from memory
-and refuses to import any other file that is not part of the Python install, so nothing the
-worker writes to disk ever runs here. `serve_tests_from_memory` makes pytest's assertion
-rewriter compile the pristine test text held in memory and never read a cached .pyc.
+`Channel` is the one connection to the worker (the only process that imports the agent's
+sources); `Remote`/`RemoteClass` are the handles the tests hold for its objects, and
+`grader_imports` builds the declared modules out of them, so `from calc import mean` in an
+unchanged test file binds a `Remote` whose calls cross the channel as data.
 
 Invariant: this process never imports or executes the agent's code: every value from the
 worker is rebuilt by `grader_codec.decode` as plain data or a `Remote` handle. A comparison or
@@ -30,7 +27,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import sys
 import types
 from typing import Any, Callable
 
