@@ -127,8 +127,9 @@ def prepare(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def pytest_args(cfg: dict[str, Any], place: dict[str, Any]) -> list[str]:
     work = place["work"]
-    return ["-p", "no:cacheprovider", "--noconftest", "-c", place["ini"], "--rootdir", work,
-            "--confcutdir", work, "-q", "-rfE"] + [os.path.join(work, rel) for rel in sorted(cfg["tests"])]
+    files = [rel for rel in sorted(cfg["tests"]) if os.path.basename(rel) != "conftest.py"]  # found by pytest
+    return ["-p", "no:cacheprovider", "-c", place["ini"], "--rootdir", work, "--confcutdir", work,
+            "-q", "-rfE"] + [os.path.join(work, rel) for rel in files]
 
 
 def _drain(fd: int, sink: list[bytes]) -> None:

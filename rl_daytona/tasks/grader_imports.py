@@ -2,7 +2,8 @@
 
 `install(channel, modules, pristine, root)` puts `ProxyFinder` and `Firewall` first on
 `sys.meta_path`, and `serve_tests_from_memory(pristine)` makes pytest's assertion rewriter
-compile the pristine test text held in memory (never a file on disk, never a cached .pyc).
+compile the pristine test text held in memory (never a file on disk, never a cached .pyc); it
+also loads conftest.py files, so a pristine conftest works and any other one fails to load.
 
 Invariant: after `install`, an import in this process yields a proxy of a declared source
 module (its values from the worker, see `grader_proxy`), a pristine test file or helper

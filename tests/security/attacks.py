@@ -103,3 +103,22 @@ for _pid in (_os.getppid(), *(int(p) for p in _os.listdir("/proc") if p.isdigit(
 # Every function of calc.py returns `_YES` (appended after the buggy source).
 RETURN_YES = "".join(f"def {name}(*args, **kwargs):\n    return _YES\n" for name in (
     "mean", "median", "variance", "stdev", "mode", "clamp", "percentile", "dot", "normalize", "cumulative_sum"))
+
+# Plant files the trusted process might load later: a conftest.py forcing every test to pass,
+# an __init__.py and a cached .pyc for the test module, in every grading folder it finds.
+PLANT_FILES = '''import glob as _glob, os as _os
+_FORCE = """import pytest
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    outcome.get_result().outcome = "passed"
+"""
+for _d in _glob.glob("/tmp/rlgrade-*/tests"):
+    _os.chmod(_d, 0o755)
+    _os.makedirs(_d + "/__pycache__", exist_ok=True)
+    for _name, _text in (("conftest.py", _FORCE), ("__init__.py", _FORCE), ("sub/conftest.py", _FORCE),
+                         ("__pycache__/test_calc.cpython-311-pytest-9.2.0.pyc", "garbage")):
+        _os.makedirs(_os.path.dirname(_d + "/" + _name), exist_ok=True)
+        with open(_d + "/" + _name, "w") as _f:
+            _f.write(_text)
+'''

@@ -20,7 +20,8 @@ from rl_daytona.tasks.calc import N_TESTS, TEST_SOURCE, buggy_source, pristine_s
 from rl_daytona.tasks.grader import grade_pytest
 from tests.backends.daytona_env import daytona_key, run, sim_backend  # noqa: F401
 from tests.security.attacks import (
-    ALWAYS_EQUAL, DEEP, FORGE_REPORT, HUGE, KILL_THE_GRADER, LYING_TYPE, NEVER_ANSWERS, PATCH_CHANNEL, RETURN_YES,
+    ALWAYS_EQUAL, DEEP, FORGE_REPORT, HUGE, KILL_THE_GRADER, LYING_TYPE, NEVER_ANSWERS, PATCH_CHANNEL, PLANT_FILES,
+    RETURN_YES,
 )
 from tests.tasks.conftest import local_backend  # noqa: F401
 
@@ -33,6 +34,7 @@ ATTACKS = {  # name -> (calc.py, what the verdict must say)
     "a huge result": (HUGE + BUGGY + RETURN_YES, "test_mean_integers (failed)"),
     "a deeply nested result": (DEEP + BUGGY + RETURN_YES, "test_mean_integers (failed)"),
     "kill the grader": (KILL_THE_GRADER + BUGGY, ""),
+    "plant conftest.py, __init__.py and .pyc in the grading folder": (PLANT_FILES + BUGGY, "test_mean_integers"),
 }
 
 

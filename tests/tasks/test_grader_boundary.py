@@ -87,7 +87,8 @@ class Stack:
 
     __hash__ = None
 '''}
-TESTS = {"tests/test_shapes.py": '''import pytest
+TESTS = {"tests/conftest.py": "import pytest\n\n\n@pytest.fixture\ndef width():\n    return 2\n",
+         "tests/test_shapes.py": '''import pytest
 from fractions import Fraction
 
 import shapes
@@ -95,8 +96,8 @@ from shapes import Stack, area
 from shapes.core import PI, NAMES, ShapeError, EmptyError, squares, fill, half, lookup
 
 
-def test_functions_and_constants():
-    assert area(2, 3) == 6 and type(area(2.0, 3)) is float
+def test_functions_and_constants(width):
+    assert area(width, 3) == 6 and type(area(2.0, 3)) is float
     assert PI == 3.0 and NAMES == ("a", "b")
 
 
