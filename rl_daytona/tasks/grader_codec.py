@@ -5,7 +5,7 @@ imports the agent's sources (copied into the sandbox as `rlgrade_codec.py`).
 
 Invariant: `decode` builds nothing but None, bool, int, float, complex, str, bytes, bytearray,
 list, tuple, dict, set, frozenset, namedtuple (a class made from validated field names),
-Fraction, Decimal, and what the caller's `handle`/`exc_class` callbacks build from an integer
+Fraction, Decimal, datetime, date, time, timedelta, and what the caller's `handle`/`exc_class` callbacks build from an integer
 id or a name chain, so decoding a message never runs code the sender chose; a message over
 `MAX_MESSAGE` bytes, a value nested deeper than `MAX_DEPTH` or holding more than `MAX_ITEMS`
 items is refused with `TooLarge`. A subclass of a builtin type crosses as its base type (its
@@ -14,7 +14,8 @@ methods the subclass could override.
 
 Tags (a JSON object is always a tag): {"t": [..]} tuple, {"d": [[k, v], ..]} dict, {"s": [..]}
 set, {"fs": [..]} frozenset, {"b": b64} bytes, {"ba": b64} bytearray, {"c": [re, im]} complex,
-{"fr": [n, d]} Fraction, {"dec": str} Decimal, {"nt": [name, fields, values]} namedtuple,
+{"fr": [n, d]} Fraction, {"dec": str} Decimal, {"dt": [type, iso or [d, s, us]]} datetime,
+date, time, timedelta, {"nt": [name, fields, values]} namedtuple,
 {"h": id, "k": kind, "n": name} a handle the worker keeps, {"ec": [[key, name], ..], "base":
 builtin name} an exception class.
 """
@@ -124,6 +125,11 @@ def _special(value: Any, other: Callable[[Any], Any], budget: Budget, depth: int
         return {"fr": [value.numerator, value.denominator]}
     if decimal is not None and kind is decimal.Decimal:
         return {"dec": str(value)}
+    datetime = sys.modules.get("datetime")
+    if datetime is not None and kind in (datetime.datetime, datetime.date, datetime.time):
+        return {"dt": [kind.__name__, kind.isoformat(value)]}
+    if datetime is not None and kind is datetime.timedelta:
+        return {"dt": ["timedelta", [value.days, value.seconds, value.microseconds]]}
     return other(value)
 
 
@@ -173,6 +179,8 @@ def decode(data: Any, handle: Callable[[dict[str, Any]], Any], exc_class: Callab
         import decimal
 
         return decimal.Decimal(str(data["dec"]))
+    if tag == "dt":
+        return _datetime(data["dt"])
     if tag == "nt":
         return _namedtuple(data["nt"], handle, exc_class, budget, inner)
     if tag == "h":
@@ -180,6 +188,17 @@ def decode(data: Any, handle: Callable[[dict[str, Any]], Any], exc_class: Callab
     if tag == "ec":
         return exc_class(data)
     raise ValueError(f"unknown boundary tag {tag!r}")
+
+
+def _datetime(spec: Any) -> Any:
+    import datetime
+
+    kind, value = spec
+    if kind == "timedelta" and type(value) is list and len(value) == 3 and all(type(v) is int for v in value):
+        return datetime.timedelta(days=value[0], seconds=value[1], microseconds=value[2])
+    if kind in ("datetime", "date", "time") and type(value) is str:
+        return getattr(datetime, kind).fromisoformat(value)
+    raise ValueError("malformed date or time")
 
 
 _NAMEDTUPLES: dict[tuple[str, tuple[str, ...]], type] = {}

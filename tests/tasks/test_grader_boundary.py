@@ -8,6 +8,9 @@ codec's limits on the host.
 from __future__ import annotations
 
 import asyncio
+import datetime
+import json
+from fractions import Fraction
 from typing import Mapping
 
 import pytest
@@ -207,9 +210,11 @@ def test_the_codec_rebuilds_only_plain_data() -> None:
         def __eq__(self, other: object) -> bool:
             return True
 
-    data = codec.encode({"a": [Sneaky(0.5), (1, b"b")], 2: {3}}, repr)
-    value = codec.decode(data, lambda d: ("handle", d["h"]), lambda d: ValueError)
-    assert value == {"a": [0.5, (1, b"b")], 2: {3}} and type(value["a"][0]) is float
+    when = (datetime.datetime(2026, 1, 2, 3, 4, tzinfo=datetime.timezone.utc), datetime.timedelta(days=1, seconds=3))
+    data = codec.encode({"a": [Sneaky(0.5), (1, b"b")], 2: {3}, "when": when, "f": Fraction(1, 3)}, repr)
+    value = codec.decode(json.loads(json.dumps(data)), lambda d: ("handle", d["h"]), lambda d: ValueError)
+    assert value == {"a": [0.5, (1, b"b")], 2: {3}, "when": when, "f": Fraction(1, 3)}
+    assert type(value["a"][0]) is float
     for bad in ({"zz": 1}, {"t": 5}, {"nt": ["P", ["__class__"], [1]]}, {"b": "!!"}):
         with pytest.raises(ValueError):
             codec.decode(bad, lambda d: None, lambda d: ValueError)
