@@ -3,8 +3,9 @@
 Invariant: reward is 1.0 only when one `RLGRADE` line carrying this call's host nonce reports
 that pytest exited 0, that the passed test node ids are exactly the pristine tests' ids (their
 count equal to `expected_passed`, each test's setup, call and teardown passed) and that no
-tampering was seen. Anything else (a timeout, a missing or refused source, no verdict, a crash,
-an `os._exit`, a forged line) pays 0.0 with a detail saying why.
+tampering was seen and no test needed what cannot cross the grading boundary. Anything else (a
+timeout, a missing or refused source, no verdict, a crash, an `os._exit`, a forged line) pays
+0.0 with a detail saying why.
 
 How (backend neutral, `backend.exec` only): where the backend's processes outlive a command
 (Daytona; `grading_needs_reap`, default True), the host first runs `grader_reap`, which ends
@@ -36,11 +37,11 @@ Files the worker writes (a planted test, __init__.py, .pyc or conftest) never ru
 trusted process. A daemon the agent left behind is gone before grading (reap, or pid
 namespaces).
 
-Residual threats (still true): (1) the worker runs as the same uid as the trusted process (the
-sandbox has no second uid to drop to: bubblewrap's user namespace maps one, Daytona's user is
-not root-capable by assumption); it cannot ptrace or read the non-dumpable runner, but it can
-signal it (which only ends the grading with 0) and can write anything that uid can, which the
-trusted process does not read after the worker starts. (2) An object of the code under test
+Residual threats (still true): (1) unless the grader runs as root (then the worker drops to
+nobody), the worker has the trusted process's uid: a sandbox user cannot switch uid
+(bubblewrap's user namespace maps one uid; Daytona's sandbox user is not root). It cannot
+ptrace or read the non-dumpable runner, but it can signal it (which only ends the grading with
+0) and write whatever that uid can, which the trusted process no longer reads. (2) An object of the code under test
 decides comparisons with another such object (`Stack(1) == Stack(2)`), as in any pytest run;
 and a test that hard-codes expected values can be satisfied by code that hard-codes them too.
 (3) The interpreter and site-packages must be read-only to the agent (true for the local
