@@ -58,6 +58,7 @@ import hmac
 import json
 import posixpath
 import secrets
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -153,7 +154,8 @@ def bootstrap_program(plan: GradePlan, nonce: str, workspace: str = WORKSPACE, t
                      for name in ("start", "runner", "worker", "codec", "proxy", "imports")},
         "modules": module_names(plan.sources),
     }
-    encoded = base64.b64encode(json.dumps(config).encode()).decode()
+    # compressed: the programs would take the Daytona toolbox transport past its 64 KiB of stdin
+    encoded = base64.b64encode(zlib.compress(json.dumps(config).encode(), 9)).decode()
     source = (_HERE / "grader_bootstrap.py").read_text()
     return f"{source}\n\nmain({encoded!r})\n".encode()
 

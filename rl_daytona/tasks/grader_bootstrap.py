@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import zlib
 from typing import Any
 
 MAX_SOURCE_BYTES = 4 << 20
@@ -223,7 +224,7 @@ def grade(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def main(config_b64: str) -> None:
     make_undumpable()
-    cfg = json.loads(base64.b64decode(config_b64))
+    cfg = json.loads(zlib.decompress(base64.b64decode(config_b64)))
     try:
         verdict = grade(cfg)
     except GradeFailure as exc:
