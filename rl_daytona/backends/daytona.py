@@ -39,6 +39,9 @@ class DaytonaBackend:
     """Sandboxes on Daytona; see the module docstring for the guarantees."""
 
     name = "daytona"
+    # A sandbox's processes outlive the command that started them: the grader ends every one the
+    # agent left (rl_daytona/tasks/grader_reap.py) before it grades.
+    grading_needs_reap = True
 
     def __init__(self, options: DaytonaOptions, limits: SandboxLimits = SandboxLimits(),
                  retry: RetryPolicy = RetryPolicy(), gate_for: GateFactory = create_gate) -> None:

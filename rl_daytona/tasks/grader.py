@@ -3,32 +3,51 @@
 Invariant: reward is 1.0 only when one `RLGRADE` line carrying this call's host nonce reports
 that pytest exited 0, that the passed test node ids are exactly the pristine tests' ids (their
 count equal to `expected_passed`, each test's setup, call and teardown passed) and that no
-tampering was seen. Anything else (a timeout, a missing or refused source, no verdict, a crash,
-an `os._exit`, a forged line) pays 0.0 with a detail saying why.
+tampering was seen and no test needed what cannot cross the grading boundary. Anything else (a
+timeout, a missing or refused source, no verdict, a crash, an `os._exit`, a forged line) pays
+0.0 with a detail saying why.
 
-How (backend neutral, one `backend.exec`): the host sends `grader_bootstrap` plus a config (the
-host nonce, the declared sources, the pristine tests, `grader_runner`) on stdin to
-`python -I -B -`. The bootstrap copies only the declared regular files from the workspace into a
-fresh `mkdtemp` folder, writes the pristine tests, its own ini and runner there, and runs pytest
-in a clean environment (`-I`: no PYTHON* variables, no user site, no cwd on sys.path; plugin
-autoload off; its own `-c` ini, `--rootdir`, `--confcutdir`), so the agent's conftest.py,
-pytest.ini/tox.ini/setup.cfg/pyproject.toml, sitecustomize/usercustomize, .pth files and edited
-tests are never seen. The runner learns a child nonce through a pipe it closes before any agent
-code is imported and writes one report line to another inherited pipe; the bootstrap, made
-non-dumpable, accepts exactly one report with that nonce and prints the verdict line with the
-host nonce, which never enters the process running the agent's code. Printed fake summaries
-or fake `RLGRADE` lines are ignored: stdout of pytest is never parsed for outcomes.
+How (backend neutral, `backend.exec` only): where the backend's processes outlive a command
+(Daytona; `grading_needs_reap`, default True), the host first runs `grader_reap`, which ends
+every process of the sandbox user but its own ancestors, so nothing the agent started is alive
+when grading begins (LocalBackend: each command's processes die with its pid namespace). Then
+it sends `grader_bootstrap` plus a config (the host nonce, the declared sources, the pristine
+tests, the grading programs) on stdin to `python -I -B -`. The bootstrap (non-dumpable) copies
+only the declared regular files from the workspace into a fresh `mkdtemp` folder, and starts
+`grader_start` in a clean environment (`-I`; plugin autoload off; its own `-c` ini,
+`--rootdir`, `--confcutdir`, `--noconftest`), so the agent's conftest.py, ini files,
+sitecustomize/usercustomize, .pth files and edited tests are never seen. `grader_start` forks
+the worker, then becomes the trusted pytest process (`grader_runner`, non-dumpable before the
+worker runs anything): it learns a child nonce through a pipe, runs the pristine tests compiled
+from memory, and imports the declared sources only as proxies (`grader_imports`,
+`grader_proxy`): every call into the code under test crosses a socketpair to the worker
+(`grader_worker`), the only process that imports the agent's code, as JSON data
+(`grader_codec`, never pickle; handles for what cannot be copied). The runner writes one
+report line to a pipe the worker never had; the bootstrap accepts exactly one report with the
+child nonce and prints the verdict line with the host nonce. Printed fake summaries or fake
+`RLGRADE` lines are ignored: stdout of pytest is never parsed for outcomes.
 
-Residual threats (documented, not closed): (1) code in the agent's sources runs inside the
-pytest process, so code written against this grader (finding the plugin object with `gc`,
-reading the child nonce, writing a forged report to the report fd, or patching and restoring
-pytest internals between the grader's integrity checks) can forge the runner's report; the
-runner detects the common forms (builtins/pytest/pluggy/math/operator/json patched, hooks or
-plugins added at import, test functions replaced, test files rewritten). (2) In a sandbox
-whose processes outlive a command (Daytona), a process the agent left running as the same
-user could race the grading folder or ptrace the pytest child; backends should end the
-agent's processes before grading. (3) The interpreter and site-packages must be read-only to
-the agent (true for the local bubblewrap backend).
+Defended (tests/tasks/test_grader*.py, tests/security/test_grader_attacks.py): code in the
+agent's sources runs only in the worker, which holds no nonce, no report descriptor and no
+test code; forging the report from memory (`gc`), patching pytest or builtins, lying on the
+channel, results equal to everything or lying about their type (`type()` decides, and a handle
+never compares with a plain value), huge or deeply nested results (size and depth limits),
+a worker that crashes, hangs or kills the grader: each fails the tests or the grading (0.0).
+Files the worker writes (a planted test, __init__.py, .pyc or conftest) never run in the
+trusted process. A daemon the agent left behind is gone before grading (reap, or pid
+namespaces).
+
+Residual threats (still true): (1) unless the grader runs as root (then the worker drops to
+nobody), the worker has the trusted process's uid: a sandbox user cannot switch uid
+(bubblewrap's user namespace maps one uid; Daytona's sandbox user is not root). It cannot
+ptrace or read the non-dumpable runner, but it can signal it (which only ends the grading with
+0) and write whatever that uid can, which the trusted process no longer reads. (2) An object of the code under test
+decides comparisons with another such object (`Stack(1) == Stack(2)`), as in any pytest run;
+and a test that hard-codes expected values can be satisfied by code that hard-codes them too.
+(3) The interpreter and site-packages must be read-only to the agent (true for the local
+bubblewrap backend and a Daytona user without root); the trusted process imports only from
+the interpreter's prefixes. (4) On Daytona the reap assumes the sandbox's own services run as
+another user (or are ancestors of the command); an agent that gained root is out of scope.
 """
 
 from __future__ import annotations
@@ -39,6 +58,7 @@ import hmac
 import json
 import posixpath
 import secrets
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -110,15 +130,32 @@ def plan_grade(sources: list[str], tests: Mapping[str, str], expected_passed: in
     return GradePlan(checked, tuple(sorted(tests.items())), int(expected_passed), float(timeout), locations)
 
 
-def bootstrap_program(plan: GradePlan, nonce: str, workspace: str = WORKSPACE) -> bytes:
+def module_names(sources: tuple[str, ...]) -> list[str]:
+    """The importable module names of the declared sources (`pkg/__init__.py` -> `pkg`)."""
+    names = []
+    for rel in sources:
+        if not rel.endswith(".py"):
+            continue
+        parts = rel[:-3].split("/")
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if parts and all(p.isidentifier() for p in parts):
+            names.append(".".join(parts))
+    return names
+
+
+def bootstrap_program(plan: GradePlan, nonce: str, workspace: str = WORKSPACE, tmpdir: str = "/tmp") -> bytes:
     """The Python program sent on stdin: the bootstrap source plus its embedded config."""
     config = {
-        "nonce": nonce, "workspace": workspace, "tmpdir": "/tmp", "timeout": plan.timeout,
+        "nonce": nonce, "workspace": workspace, "tmpdir": tmpdir, "timeout": plan.timeout,
         "sources": list(plan.sources), "tests": dict(plan.tests),
         "locations": {node: {"file": f, "name": n, "lines": list(ls)} for node, f, n, ls in plan.locations},
-        "runner": (_HERE / "grader_runner.py").read_text(),
+        "programs": {f"rlgrade_{name}.py": (_HERE / f"grader_{name}.py").read_text()
+                     for name in ("start", "runner", "worker", "codec", "proxy", "imports")},
+        "modules": module_names(plan.sources),
     }
-    encoded = base64.b64encode(json.dumps(config).encode()).decode()
+    # compressed: the programs would take the Daytona toolbox transport past its 64 KiB of stdin
+    encoded = base64.b64encode(zlib.compress(json.dumps(config).encode(), 9)).decode()
     source = (_HERE / "grader_bootstrap.py").read_text()
     return f"{source}\n\nmain({encoded!r})\n".encode()
 
@@ -165,6 +202,9 @@ def _problems(verdict: Mapping[str, Any], outcomes: Mapping[str, str], plan: Gra
     problems = [f"tampering detected: {_listing(list(report.get('tampered') or []), 3)}"] if report.get("tampered") else []
     if verdict.get("test_files_changed"):
         problems.append(f"pristine test files changed while grading: {_listing(verdict['test_files_changed'])}")
+    if report.get("crossing_errors"):
+        problems.append("needed something that cannot cross the grading boundary (a task-authoring error "
+                        f"if the code is right): {_listing(list(report['crossing_errors']), 3)[:900]}")
     if report.get("collect_errors"):
         problems.append(f"collection errors: {_listing(report['collect_errors'], 1)[:600]}")
     not_passed = [f"{n} ({o})" for n, o in sorted(outcomes.items()) if o != "passed"]
@@ -202,6 +242,17 @@ def judge(verdict: Mapping[str, Any], plan: GradePlan) -> GradeResult:
     return GradeResult(1.0, good, expected, failed=0, detail=f"{good}/{expected} tests passed")
 
 
+async def end_leftover_processes(backend: Backend, sandbox: SandboxHandle) -> str:
+    """Where processes outlive a command, end every one the agent left ('' or why it failed)."""
+    if not getattr(backend, "grading_needs_reap", True):
+        return ""  # e.g. LocalBackend: each command's processes die with its pid namespace
+    program = (_HERE / "grader_reap.py").read_bytes()
+    result = await backend.exec(sandbox, BOOTSTRAP_COMMAND, stdin=program, timeout=EXEC_SLACK_SECONDS, cwd="/")
+    if result.exit_code != 0 or "RLREAP " not in result.stdout:
+        return f"could not end the agent's processes before grading (exit {result.exit_code}): {result.output[-300:]}"
+    return ""
+
+
 async def grade_pytest(
     backend: Backend,
     sandbox: SandboxHandle,
@@ -213,6 +264,9 @@ async def grade_pytest(
 ) -> GradeResult:
     """Grade the sandbox's `sources` against pristine `tests` (see the module docstring)."""
     plan = plan_grade(sources, tests, expected_passed, timeout)
+    failed_reap = await end_leftover_processes(backend, sandbox)
+    if failed_reap:
+        return GradeResult(0.0, 0, plan.expected_passed, detail=failed_reap)
     nonce = secrets.token_hex(16)
     result = await backend.exec(sandbox, BOOTSTRAP_COMMAND, stdin=bootstrap_program(plan, nonce),
                                 timeout=plan.timeout + EXEC_SLACK_SECONDS)

@@ -5,9 +5,11 @@ stdin, so nothing the agent could prepare sees the program or its host nonce bef
 
 Invariant: the bootstrap prints exactly one line, `RLGRADE <json>` carrying the host nonce,
 and only after it copied nothing from the workspace but the declared regular source files into
-a fresh `mkdtemp` folder, wrote the pristine tests there, ran `grader_runner` (pytest) in a
-clean environment in its own session, and accepted at most one report from the runner's
-private pipe, authenticated by a child nonce the runner learnt through a second pipe.
+a fresh `mkdtemp` folder (`src/`, the worker's), wrote the pristine tests beside it (`tests/`,
+compiled by the runner from the text it is sent, not from these files), ran `grader_runner`
+(pytest, which imports the sources only through its worker) in a clean environment in its own
+session, and accepted at most one report from the runner's private pipe, authenticated by a
+child nonce the runner learnt through a second pipe.
 The bootstrap makes itself non-dumpable first, so the agent's code in the pytest child can
 neither read the host nonce from its memory nor write to its stdout through /proc.
 """
@@ -26,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import zlib
 from typing import Any
 
 MAX_SOURCE_BYTES = 4 << 20
@@ -106,26 +109,28 @@ def clean_env(home: str) -> dict[str, str]:
 
 
 def prepare(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The fresh grading folder: declared sources, pristine tests, ini and runner."""
+    """The fresh grading folder: sources (src/), pristine tests (tests/), ini and programs (meta/)."""
     root = tempfile.mkdtemp(prefix="rlgrade-", dir=cfg.get("tmpdir") or None)
-    work, meta = os.path.join(root, "work"), os.path.join(root, "meta")
-    os.makedirs(work)
-    os.makedirs(meta)
+    work, src, meta, home = (os.path.join(root, d) for d in ("tests", "src", "meta", "home"))
+    for folder in (work, src, meta, home):
+        os.makedirs(folder)
     for rel in cfg["sources"]:
-        write_file(work, rel, read_source(cfg["workspace"], rel))
+        write_file(src, rel, read_source(cfg["workspace"], rel))
     digests = {}
     for rel, text in cfg["tests"].items():
         digests[rel] = hashlib.sha256(text.encode()).hexdigest()
         write_file(work, rel, text.encode(), mode=0o444)
     ini = write_file(meta, "pytest.ini", ini_text(work).encode())
-    runner = write_file(meta, "rlgrade_runner.py", cfg["runner"].encode())
-    return {"work": work, "meta": meta, "ini": ini, "runner": runner, "digests": digests}
+    for name, text in cfg["programs"].items():
+        write_file(meta, name, text.encode())
+    return {"root": root, "work": work, "src": src, "meta": meta, "home": home, "ini": ini, "digests": digests}
 
 
 def pytest_args(cfg: dict[str, Any], place: dict[str, Any]) -> list[str]:
     work = place["work"]
+    files = [rel for rel in sorted(cfg["tests"]) if os.path.basename(rel) != "conftest.py"]  # found by pytest
     return ["-p", "no:cacheprovider", "-c", place["ini"], "--rootdir", work, "--confcutdir", work,
-            "-q", "-rfE"] + [os.path.join(work, rel) for rel in sorted(cfg["tests"])]
+            "-q", "-rfE"] + [os.path.join(work, rel) for rel in files]
 
 
 def _drain(fd: int, sink: list[bytes]) -> None:
@@ -159,14 +164,16 @@ def run_runner(cfg: dict[str, Any], place: dict[str, Any], child_nonce: str) -> 
     report_r, report_w = os.pipe()
     output = open(os.path.join(place["meta"], "pytest-output.txt"), "w+b")
     proc = subprocess.Popen(
-        [sys.executable, "-I", "-B", place["runner"], str(config_r), str(report_w)],
+        [sys.executable, "-I", "-B", os.path.join(place["meta"], "rlgrade_start.py"), str(config_r), str(report_w),
+         place["meta"], place["src"], place["home"]],
         cwd=place["work"], env=clean_env(place["meta"]), stdin=subprocess.DEVNULL,
         stdout=output, stderr=subprocess.STDOUT, pass_fds=(config_r, report_w), start_new_session=True,
     )
     os.close(config_r)
     os.close(report_w)
     runner_cfg = {"nonce": child_nonce, "workdir": place["work"], "locations": cfg["locations"],
-                  "pytest_args": pytest_args(cfg, place)}
+                  "pytest_args": pytest_args(cfg, place), "tests": cfg["tests"], "modules": cfg["modules"],
+                  "root": place["root"], "timeout": cfg["timeout"]}
     threading.Thread(target=_feed, args=(config_w, json.dumps(runner_cfg).encode()), daemon=True).start()
     chunks: list[bytes] = []
     reader = threading.Thread(target=_drain, args=(report_r, chunks), daemon=True)
@@ -217,7 +224,7 @@ def grade(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def main(config_b64: str) -> None:
     make_undumpable()
-    cfg = json.loads(base64.b64decode(config_b64))
+    cfg = json.loads(zlib.decompress(base64.b64decode(config_b64)))
     try:
         verdict = grade(cfg)
     except GradeFailure as exc:

@@ -1,10 +1,15 @@
-"""Inside the sandbox: the pytest child of the grading bootstrap (stdlib + pytest only).
+"""Inside the sandbox: the trusted pytest process of the grading bootstrap (stdlib + pytest only).
 
-Run as `python -I -B runner.py <config_fd> <report_fd>` by `grader_bootstrap`. It reads its
-config (a child nonce, the pytest arguments, where each pristine test function is defined)
-from a pipe and closes it, builds `GradePlugin` and snapshots the interpreter state BEFORE any
-agent code is imported, runs `pytest.main(..., plugins=[plugin])`, and writes exactly one
-report line `<child nonce> <json>` to the inherited report pipe.
+Started by `grader_start` (which forked the worker first) as `main([_, <config_fd>, <report_fd>],
+channel, worker pid)` in the process `grader_bootstrap` launched. It makes itself
+non-dumpable (no ptrace, no /proc/<pid>/mem or fd access by other processes of its uid), reads
+its config (a child nonce, the pristine test texts, the declared module names, the pytest
+arguments, where each pristine test function is defined) from a pipe and closes it, installs
+the import boundary (`grader_imports`: declared modules become proxies of a worker process,
+pristine tests are compiled from memory, any other file is refused), runs
+`pytest.main(..., plugins=[plugin])`, kills the worker, and writes exactly one report line
+`<child nonce> <json>` to the inherited report pipe. The agent's code runs only in the worker
+(`grader_worker`), a child started with nothing but its channel.
 
 Invariant: a test counts as passed only when its setup, call and teardown phases all passed,
 its function is the one defined in the pristine test file, and nothing the tests rely on
@@ -12,10 +17,9 @@ its function is the one defined in the pristine test file, and nothing the tests
 plugin (a conftest, a hook registered at import time) appeared after collection began.
 Anything else is written into the report's `tampered` list, which the host treats as reward 0.
 
-Residual threat: agent code runs in this process, so code written to attack this plugin
-(finding it with `gc`, reading the child nonce, writing a forged report to the report fd and
-exiting) can still forge a report. The host nonce never enters this process, so the agent
-cannot forge the bootstrap's final verdict line, only this report.
+The tamper checks below guard against this process's own imports only (the agent's code no
+longer runs here); they are kept as a cheap second line. A test that needed something that
+cannot cross the boundary is listed in the report's `crossing_errors`.
 """
 
 from __future__ import annotations
@@ -82,7 +86,7 @@ class GradePlugin:
     """Records per-phase outcomes and tampering, then writes one report line."""
 
     def __init__(self, nonce: str, report_fd: int, locations: dict[str, dict[str, Any]],
-                 workdir: str) -> None:
+                 workdir: str, crossing_errors: list[str] | None = None) -> None:
         self._nonce = nonce
         self._report_fd = report_fd
         self._locations = locations
@@ -95,6 +99,7 @@ class GradePlugin:
         self._plugins: set[int] | None = None
         self._exitstatus: int | None = None
         self._written = False
+        self._crossing_errors = crossing_errors if crossing_errors is not None else []
 
     def pytest_collection(self, session: Any) -> None:
         self._plugins = {id(p) for p in session.config.pluginmanager.get_plugins()}
@@ -149,7 +154,8 @@ class GradePlugin:
         self._written = True
         tampered = list(dict.fromkeys(self._tampered))[:MAX_PROBLEMS]
         body = {"tests": self._phases, "collect_errors": self._collect_errors[:MAX_PROBLEMS],
-                "tampered": tampered, "exitstatus": self._exitstatus}
+                "tampered": tampered, "exitstatus": self._exitstatus,
+                "crossing_errors": list(dict.fromkeys(self._crossing_errors))[:MAX_PROBLEMS]}
         data = f"{self._nonce} {self._dumps(body)}\n".encode()
         while data:
             data = data[self._write(self._report_fd, data):]
@@ -164,13 +170,36 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def main(argv: list[str]) -> int:
+def make_undumpable() -> None:
+    """PR_SET_DUMPABLE=0 before the worker exists: its uid cannot ptrace or read us via /proc."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
+    except Exception:  # noqa: BLE001 - best effort where prctl is unavailable
+        pass
+
+
+def boundary(config: dict[str, Any], sock: Any, worker_pid: int) -> Any:
+    """The worker channel, with the proxy finder and the firewall installed."""
+    import rlgrade_imports
+    import rlgrade_proxy
+
+    channel = rlgrade_proxy.Channel(sock, worker_pid, float(config["timeout"]))
+    pristine = {os.path.realpath(os.path.join(config["workdir"], rel)): text for rel, text in config["tests"].items()}
+    rlgrade_imports.install(channel, config["modules"], pristine, config["root"])
+    return channel, rlgrade_proxy.CROSSING_ERRORS
+
+
+def main(argv: list[str], sock: Any, worker_pid: int) -> int:
+    """Grade (argv: config fd, report fd); the worker is already forked (`grader_start`)."""
+    make_undumpable()
     config = json.loads(_read_all(int(argv[1])))
-    plugin = GradePlugin(config["nonce"], int(argv[2]), config["locations"], config["workdir"])
-    code = pytest.main(list(config["pytest_args"]), plugins=[plugin])
+    channel, crossing_errors = boundary(config, sock, worker_pid)
+    plugin = GradePlugin(config["nonce"], int(argv[2]), config["locations"], config["workdir"], crossing_errors)
+    try:
+        code = pytest.main(list(config["pytest_args"]), plugins=[plugin])
+    finally:
+        channel.close()
     plugin.write_report()
     return int(code)
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

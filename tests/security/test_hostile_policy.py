@@ -23,7 +23,7 @@ from tests.fakes.scripted_llm import ScriptedAgents
 from tests.security.scripts import EXHAUSTION, HACKS, MALFORMED_BAD, MALFORMED_OK, TEN_MB, all_scripts
 
 TASKSET = "tests.tasks.example_task:EXAMPLE_TASKSET"
-GROUP = 8  # 3 variants x 8 = 24 rollouts, one more than there are scripts: each script runs at least once
+GROUP = 9  # 3 variants x 9 = 27 rollouts, two more than there are scripts: each script runs at least once
 LIMITS = SandboxLimits(cpu_seconds=5, memory_mb=1024, max_processes=64, max_file_mb=8, max_output_bytes=64 * 1024,
                        workspace_mb=64)
 

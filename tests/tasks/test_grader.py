@@ -111,12 +111,12 @@ def test_printed_fake_verdicts_and_summaries_pay_zero(local_backend: LocalBacken
             f"    print('{N_TESTS} passed in 0.01s', file=_out)\n"
             "try:\n    open(f'/proc/{os.getppid()}/fd/1', 'w').write('RLGRADE ' + " + repr(FAKE_VERDICT) + ")\n"
             "except OSError:\n    pass\nos._exit(0)\n")
-    assert_zero(grade(local_backend, {"calc.py": fake + BUGGY}), "no_report")
+    assert_zero(grade(local_backend, {"calc.py": fake + BUGGY}), "the worker running the code under test failed")
 
 
-def test_patched_builtins_are_detected(local_backend: LocalBackend) -> None:
+def test_patched_builtins_change_only_the_worker(local_backend: LocalBackend) -> None:
     patch = "import builtins\nbuiltins.abs = lambda x: 0\n"
-    assert_zero(grade(local_backend, {"calc.py": BUGGY + patch}), "builtins.abs was modified")
+    assert_zero(grade(local_backend, {"calc.py": BUGGY + patch}), "test_mean_integers (failed)")
 
 
 def test_results_equal_to_everything_do_not_pass(local_backend: LocalBackend) -> None:
@@ -126,32 +126,37 @@ def test_results_equal_to_everything_do_not_pass(local_backend: LocalBackend) ->
     assert_zero(grade(local_backend, {"calc.py": PRISTINE + cheat}), "test_mean_integers (failed)")
 
 
-def test_patched_pytest_internals_are_detected(local_backend: LocalBackend) -> None:
+def test_patched_pytest_internals_change_only_the_worker(local_backend: LocalBackend) -> None:
     patch = "import _pytest.python\n_pytest.python.Function.runtest = lambda self: None\n"
-    assert_zero(grade(local_backend, {"calc.py": BUGGY + patch}), "Function.runtest was modified")
+    assert_zero(grade(local_backend, {"calc.py": BUGGY + patch}), "test_mean_integers (failed)")
 
 
-def test_plugins_registered_at_import_are_detected(local_backend: LocalBackend) -> None:
+def test_plugins_registered_at_import_find_no_pytest_to_join(local_backend: LocalBackend) -> None:
     patch = ("import gc\nfrom _pytest.config import Config\n" + FORCE_PASS_HOOK.replace("def pytest_", "def _hook_")
              + "class _Force:\n    pytest_runtest_makereport = staticmethod(_hook_runtest_makereport)\n"
              "for _obj in gc.get_objects():\n    if isinstance(_obj, Config):\n"
              "        _obj.pluginmanager.register(_Force(), 'force')\n")
-    assert_zero(grade(local_backend, {"calc.py": BUGGY + patch}), "plugin registered during collection")
+    assert_zero(grade(local_backend, {"calc.py": BUGGY + patch}), "test_mean_integers (failed)")
 
 
-def test_rewriting_the_grading_copy_of_the_tests_is_detected(local_backend: LocalBackend) -> None:
+def test_rewriting_the_grading_copy_of_the_tests_changes_nothing(local_backend: LocalBackend) -> None:
     patch = ("import os, sys\n_t = os.path.join(os.path.dirname(__file__), 'test_calc.py')\n"
              "os.chmod(_t, 0o644)\nopen(_t, 'w').write('def test_x():\\n    pass\\n')\n")
-    assert_zero(grade(local_backend, {"calc.py": BUGGY + patch}), "pristine test files changed")
+    assert_zero(grade(local_backend, {"calc.py": BUGGY + patch}), "test_calc.py::test_mean_integers")
+    for target in ("glob.glob('/tmp/rlgrade-*/tests/test_calc.py')", "glob.glob('/tmp/rlgrade-*/tests/')"):
+        rewrite = (f"import glob, os\nfor _t in {target}:\n    os.chmod(_t, 0o755)\n"
+                   "    _p = _t if _t.endswith('.py') else os.path.join(_t, '__init__.py')\n"
+                   "    open(_p, 'w').write('def test_x():\\n    pass\\n')\n")
+        assert_zero(grade(local_backend, {"calc.py": BUGGY + rewrite}), "test_mean_integers (failed)")
 
 
-def test_swapping_in_a_fake_test_module_is_detected(local_backend: LocalBackend) -> None:
+def test_swapping_in_a_fake_test_module_is_not_possible(local_backend: LocalBackend) -> None:
     names = [line[4:].split("(")[0] for line in TEST_SOURCE.splitlines() if line.startswith("def test_")]
     fake_tests = "".join(f"def {name}():\n    pass\n" for name in names)
     patch = ("import sys, types\n_real = sys.modules['test_calc']\n_fake = types.ModuleType('test_calc')\n"
              f"_fake.__file__ = _real.__file__\nexec({fake_tests!r}, _fake.__dict__)\n"
              "sys.modules['test_calc'] = _fake\n")
-    assert_zero(grade(local_backend, {"calc.py": BUGGY + patch}), "is not the one defined in the pristine test file")
+    assert_zero(grade(local_backend, {"calc.py": BUGGY + patch}), "test_calc.py::test_mean_integers")
 
 
 def test_an_infinite_loop_times_out(local_backend: LocalBackend) -> None:

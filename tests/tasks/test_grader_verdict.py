@@ -139,3 +139,12 @@ def test_snapshot_sees_a_patched_function_even_when_the_value_is_equal() -> None
         assert sorted(changed_names(before)) == ["rl_fake_guarded.K.m", "rl_fake_guarded.f"]
     finally:
         del sys.modules[module.__name__]
+
+
+def test_the_grading_program_fits_the_daytona_toolbox_stdin() -> None:
+    from rl_daytona.backends.daytona_toolbox import MAX_STDIN
+    from rl_daytona.tasks.calc import N_TESTS, TEST_SOURCE
+    from rl_daytona.tasks.grader import bootstrap_program
+
+    plan = plan_grade(["calc.py"], {"test_calc.py": TEST_SOURCE}, N_TESTS, 60)
+    assert len(bootstrap_program(plan, NONCE)) < MAX_STDIN // 2  # room for a taskset's bigger tests
