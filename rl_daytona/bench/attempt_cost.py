@@ -3,7 +3,8 @@
 Invariant: a pure function of finished rollouts (and the run's measured sandbox CPU seconds).
 Every attempt that reached grading is charged the grader's own sandbox command and pytest run
 (`GRADER_COMMANDS`, `GRADER_PYTEST_RUNS`); the agent's commands are its tool calls, a pytest
-run is a command that names pytest; tokens are the trajectory's whole token sequence (prompt,
+run is a command that names pytest, a quick test run one that runs the policy's plain-Python
+test caller (`vocab.QUICK_TEST`, about a fifth of pytest's CPU); tokens are the trajectory's whole token sequence (prompt,
 observations and completions, stored once); bytes per datum are `Datum.nbytes`, the wire JSON
 a training call carries for the attempt (advantage 1.0 stands in for any value).
 """
@@ -19,6 +20,7 @@ from rl_daytona.types import Rollout, RolloutStatus
 
 GRADER_COMMANDS = 1
 GRADER_PYTEST_RUNS = 1
+QUICK_MARK = "spec_from_file_location"  # a piece of `vocab.QUICK_TEST` no other command holds
 
 
 def _commands(rollout: Rollout) -> list[str]:
@@ -52,6 +54,7 @@ def attempt_costs(rollouts: Sequence[Rollout], sandbox_cpu_seconds: float | None
         "turns": _mean([r.trajectory.turns for r in graded]),
         "sandbox_commands": _mean([len(c) + GRADER_COMMANDS for c in commands]),
         "pytest_runs": _mean([sum("pytest" in c for c in cs) + GRADER_PYTEST_RUNS for cs in commands]),
+        "quick_test_runs": _mean([sum(QUICK_MARK in c for c in cs) for cs in commands]),
         "tokens": _mean([len(r.trajectory.token_ids) for r in graded]),
         "sampled_tokens": _mean([r.trajectory.sampled_tokens for r in graded]),
         "bytes_per_datum": _mean(sizes) if sizes else None,

@@ -19,23 +19,23 @@ from rl_daytona.policy import vocab as V
 PRIOR_SCALE = 1.0
 
 VERB_PRIOR: dict[str, dict[str, float]] = {
-    "bias": {"<submit>": -4, V.PYTEST_COMPACT: 1, V.LOOK_VERB: 0, "python -m pytest -q": -1,
+    "bias": {"<submit>": -4, V.QUICK_TEST: 1, V.PYTEST_COMPACT: -1, V.LOOK_VERB: 0, "python -m pytest -q": -2,
              "python -m pytest -q -x": -2, "cat ": 0, "nl -ba ": 0, "grep -n 'def ' ": -2,
              "grep -n 'return' ": -3, "head -n ": -3, "tail -n ": -4, "sed -n '": -3, V.EDIT_VERB: -1},
-    "no_tests_yet": {V.PYTEST_COMPACT: 3, "python -m pytest -q": 1, V.LOOK_VERB: 4},
+    "no_tests_yet": {V.QUICK_TEST: 3, "python -m pytest -q": 1, V.LOOK_VERB: 4},
     "no_source": {"cat ": 2.5, "nl -ba ": 2.5, V.LOOK_VERB: 3},
     "can_edit": {V.EDIT_VERB: 6},
     "all_passed": {"<submit>": 12},
-    "edited_since_test": {V.PYTEST_COMPACT: 5},
+    "edited_since_test": {V.QUICK_TEST: 5},
     "failing_but_unmapped": {"cat ": 2, "nl -ba ": 2},
-    "source_but_no_tests": {V.PYTEST_COMPACT: 4},
+    "source_but_no_tests": {V.QUICK_TEST: 4},
     "no_files_known": {V.LOOK_VERB: 4},
-    # Give up after a few tries: an attempt's cost is mostly its test runs.
-    "turn_4": {"<submit>": 8}, "turn_5": {"<submit>": 12}, "turn_6": {"<submit>": 16}, "turn_7": {"<submit>": 20},
+    # Give up after a few tries: every turn costs a test run and its output's tokens.
+    "turn_5": {"<submit>": 6}, "turn_6": {"<submit>": 10}, "turn_7": {"<submit>": 16},
 }
 SLOT_PRIOR: dict[str, dict[str, float]] = {
     "flag": {"flag:/": 4, "flag:/2": 0.5, "flag:/g": -1},
-    "suffix": {V.EDIT_SUFFIXES[0]: 4},
+    "suffix": {V.EDIT_SUFFIXES[0]: 4, V.EDIT_SUFFIXES[1]: -1},
 }
 LINE_PRIOR: dict[str, float] = {
     "in_failing_fn": 3, "in_passing_fn": -3, "outside_fn": -5, "is_def": -5, "is_return": 0.5,

@@ -25,7 +25,24 @@ SPECIALS: tuple[str, ...] = ("<|system|>", "<|user|>", "<|assistant|>", "<|tool|
 # The compact test run: only the failing tests' node ids (their messages cut off) and the counts.
 PYTEST_COMPACT = ("python -m pytest -q --tb=no -p no:cacheprovider 2>&1 "
                   "| grep -E '^(FAILED|ERROR)|[0-9] (passed|failed|error)' | sed 's/ - .*//'")
+# The quick test run: every `test*` function of every test_*.py called in one plain Python
+# process (no pytest import: ~1/5 of pytest's CPU), printed the way the compact run prints.
+# It knows no fixtures or parametrize: the grader's full pytest run is what pays.
+QUICK_TEST = """python -c '
+import sys,glob,importlib.util as u
+sys.path.insert(0,".");f=p=0
+for t in sorted(glob.glob("**/test_*.py",recursive=True)):
+ try:
+  s=u.spec_from_file_location("t%d"%(f+p),t);m=u.module_from_spec(s);s.loader.exec_module(m)
+ except Exception:
+  print("ERROR",t);f+=1;continue
+ for n,g in list(vars(m).items()):
+  if n.startswith("test") and callable(g):
+   try:g();p+=1
+   except Exception:print("FAILED %s::%s"%(t,n));f+=1
+print("%d failed, %d passed"%(f,p))'"""
 PYTEST_VERBS: tuple[str, ...] = (
+    QUICK_TEST,
     PYTEST_COMPACT,
     "python -m pytest -q",
     "python -m pytest -q -x",
@@ -34,8 +51,8 @@ PYTEST_VERBS: tuple[str, ...] = (
 # then the failing tests: the whole picture in one sandbox command.
 SOURCES_FIND = ("find . -name '*.py' ! -name 'test_*' ! -name '*_test.py' ! -name conftest.py "
                 "! -path '*/tests/*' ! -path '*/.*' -printf '%P\\n' | sort")
-NUMBERED_AWK = "awk 'FNR==1{print \"==> \" FILENAME \" <==\"} {print FNR\"\\t\"$0}' "
-LOOK_VERB = f"{NUMBERED_AWK}/dev/null $({SOURCES_FIND}); {PYTEST_COMPACT}"
+NUMBERED_AWK = "awk 'FNR==1{print \"==> \" FILENAME \" <==\"} NF{print FNR\"\\t\"$0}' "
+LOOK_VERB = f"{NUMBERED_AWK}/dev/null $({SOURCES_FIND}); {QUICK_TEST}"
 FILE_VIEW_VERBS: tuple[str, ...] = ("cat ", "nl -ba ", "grep -n 'def ' ", "grep -n 'return' ")
 COUNT_VIEW_VERBS: tuple[str, ...] = ("head -n ", "tail -n ")
 RANGE_VIEW_VERB = "sed -n '"
@@ -52,7 +69,7 @@ GLUE: tuple[str, ...] = (" ", ",", "p' ", "s/", "/", EDIT_OPEN)
 EDIT_FLAGS: tuple[str, ...] = ("/", "/2", "/g")  # first, second, every occurrence
 EDIT_SEPARATORS: tuple[str, ...] = (";", "' \"$f\"")
 MAX_SUBSTITUTIONS = 6
-EDIT_SUFFIXES: tuple[str, ...] = (f" && {PYTEST_COMPACT}",)
+EDIT_SUFFIXES: tuple[str, ...] = (f" && {QUICK_TEST}", f" && {PYTEST_COMPACT}")
 
 # A general set of Python fragments an edit can replace (nothing of any one taskset). The empty
 # fragment is the end of the line: as `old` it appends, as `new` it deletes. Two old-only
