@@ -14,7 +14,7 @@ from tests.policy.conftest import Sample
 
 _ID = V.piece_id
 _SUFFIX = V.EDIT_SUFFIXES[0]
-_EDIT_TEXT = re.compile(r"^f=(?P<path>[\w./-]+); sed -i '(?P<script>.*)' \"\$f\"(?P<suffix>(" + re.escape(_SUFFIX) + ")?)$")
+_EDIT_TEXT = re.compile(r"^f=(?P<path>[\w./-]+); sed -i '(?P<script>.*)' \"\$f\"(?P<suffix>(" + "|".join(map(re.escape, V.EDIT_SUFFIXES)) + ")?)$")
 _SUB_TEXT = re.compile(r"^(?P<line>\d+)s/(?P<old>(?:[^\\/]|\\.)*)/(?P<new>(?:[^\\/]|\\.)*)/(?P<flag>2|g)?$")
 
 
