@@ -31,7 +31,7 @@ VERB_PRIOR: dict[str, dict[str, float]] = {
     "source_but_no_tests": {V.QUICK_TEST: 4},
     "no_files_known": {V.LOOK_VERB: 4},
     # Give up after a few tries: every turn costs a test run and its output's tokens.
-    "turn_5": {"<submit>": 6}, "turn_6": {"<submit>": 10}, "turn_7": {"<submit>": 16},
+    "turn_5": {"<submit>": 7}, "turn_6": {"<submit>": 10}, "turn_7": {"<submit>": 16},
 }
 SLOT_PRIOR: dict[str, dict[str, float]] = {
     "flag": {"flag:/": 4, "flag:/2": 0.5, "flag:/g": -1},

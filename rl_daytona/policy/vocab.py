@@ -39,7 +39,7 @@ for t in sorted(glob.glob("**/test_*.py",recursive=True)):
  for n,g in list(vars(m).items()):
   if n.startswith("test") and callable(g):
    try:g();p+=1
-   except Exception:print("FAILED %s::%s"%(t,n));f+=1
+   except Exception:print("FAILED %s::%s"%(t.split("/")[-1],n));f+=1
 print("%d failed, %d passed"%(f,p))'"""
 PYTEST_VERBS: tuple[str, ...] = (
     QUICK_TEST,
