@@ -1,9 +1,10 @@
 """The agent loop: chat turns with one `bash` tool, executed in the sandbox.
 
 Invariant: token-in/token-out. The sampled token ids and logprobs are kept exactly as the
-server returned them (vLLM's `return_token_ids` fields); the trajectory is stored once as the
-full token sequence of the last turn with a loss mask, never re-tokenised and never repeated
-per turn. A server that breaks the prefix property is an `AgentError`, not a silent re-encode.
+server returned them (vLLM's `return_token_ids` fields), never re-tokenised; the trajectory is
+stored once with a loss mask, as one segment while each prompt extends the previous prompt and
+sample, and a new segment (its own datum) where the server's template re-rendered history
+differently (`learn.segments`). Logprobs that do not match the ids are an `AgentError`.
 
 A reply the loop cannot use (not JSON, no message, a tool call without a function, token ids
 that are not integers) is an `AgentError` naming what was wrong, so the rollout is marked
@@ -16,12 +17,13 @@ JSON, and the loop goes on. The final answer is stored cut to `FINAL_ANSWER_LIMI
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import openai
 
 from rl_daytona.backends.base import Backend, SandboxHandle
+from rl_daytona.learn.segments import SegmentedTokens, SegmentError
 from rl_daytona.types import Settings, Trajectory
 
 SYSTEM_PROMPT = (
@@ -69,31 +71,20 @@ class Turn:
 
 
 @dataclass
-class TokenTrajectory:
-    """Accumulates one attempt's tokens turn by turn, checking the prefix property."""
+class TokenTrajectory(SegmentedTokens):
+    """Accumulates one attempt's tokens turn by turn (a prompt that does not extend the last starts a segment)."""
 
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    loss_mask: list[int] = field(default_factory=list)
     available: bool = True
 
-    def add_turn(self, prompt_ids: list[int] | None, completion_ids: list[int] | None,
-                 logprobs: list[float]) -> None:
+    def add_turn(self, prompt_ids: list[int] | None, completion_ids: list[int] | None,  # type: ignore[override]
+                 logprobs: list[float]) -> bool:
         if prompt_ids is None or completion_ids is None:
             self.available = False  # an endpoint without token ids: fine for eval, not for training
-            return
-        if len(logprobs) != len(completion_ids):
-            raise AgentError(f"server returned {len(completion_ids)} token ids but {len(logprobs)} logprobs")
-        if prompt_ids[: len(self.token_ids)] != self.token_ids:
-            raise AgentError("server broke the token prefix property between turns; refusing to re-tokenise")
-        fresh = prompt_ids[len(self.token_ids):]
-        self._extend(fresh, [0.0] * len(fresh), 0)
-        self._extend(completion_ids, logprobs, 1)
-
-    def _extend(self, ids: list[int], lps: list[float], mask: int) -> None:
-        self.token_ids.extend(int(i) for i in ids)
-        self.logprobs.extend(float(x) for x in lps)
-        self.loss_mask.extend([mask] * len(ids))
+            return False
+        try:
+            return super().add_turn(prompt_ids, completion_ids, logprobs)
+        except SegmentError as exc:
+            raise AgentError(f"server returned unusable token ids: {exc}") from None
 
 
 def truncate_output(text: str, limit: int) -> str:
@@ -222,5 +213,6 @@ def _trajectory(tokens: TokenTrajectory, messages: list[dict[str, Any]], turns: 
         token_ids=tuple(tokens.token_ids) if keep else (),
         logprobs=tuple(tokens.logprobs) if keep else (),
         loss_mask=tuple(tokens.loss_mask) if keep else (),
+        segment_starts=tuple(tokens.segment_starts) if keep else (),
         messages=tuple(messages), turns=turns, finish_reason=finish, policy_version=version,
     )

@@ -51,8 +51,10 @@ def _policy(text: str) -> str:
     return text
 
 
-def _add_run_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--taskset", default="calc", help="taskset name ('calc') or 'package.module:ATTRIBUTE' of your own")
+def _add_run_flags(p: argparse.ArgumentParser, taskset_flag: bool = True) -> None:
+    if taskset_flag:
+        p.add_argument("--taskset", default="calc",
+                       help="taskset name ('calc') or 'package.module:ATTRIBUTE' of your own")
     p.add_argument("--backend", default="local", choices=["local", "daytona"],
                    help="where sandboxes run: local (bubblewrap on this machine, the default) or daytona "
                         "(Daytona's cloud through the daytona SDK; needs DAYTONA_API_KEY, reads DAYTONA_API_URL, "
@@ -133,9 +135,20 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Write RUNDIR/report.html (one self-contained page, figures inline) and "
                                     "the figures as RUNDIR/report-*.png, from whatever the run folder holds.")
     rp.add_argument("rundir", type=Path, help="a run folder written by eval or train")
+    sh = sub.add_parser("show", help="print one rollout as the model saw it, spans marked trained / not trained",
+                        description="Print one rollout of RUNDIR/rollouts.jsonl: its stored token ids decoded span "
+                                    "by span, each marked trained (sampled) or not trained (prompt, tool output), "
+                                    "one block per datum, and the reward.")
+    sh.add_argument("rundir", type=Path, help="a run folder written by eval or train")
+    sh.add_argument("--rollout", default=None, help="rollout id (default: the first one with token ids)")
+    sh.add_argument("--tokenizer", default=None,
+                    help="tokenizer to decode with: a Hugging Face model name or a local folder (default: the "
+                         "built-in vocabulary for a built-in run)")
     from rl_daytona.daytona_sim.cli import add_parser as add_daytona_sim_parser
     add_daytona_sim_parser(sub)
     _add_reap(sub)
+    from rl_daytona.tasks.cli import add_parser as add_tasks_parser
+    add_tasks_parser(sub, _add_run_flags)
     from rl_daytona.bench.cli import add_parser as add_bench_parser
     add_bench_parser(sub)
     return parser
@@ -170,18 +183,25 @@ def _limits(args: argparse.Namespace) -> SandboxLimits:
     return SandboxLimits(cpu_seconds=args.cpu_seconds, memory_mb=args.memory_mb, max_processes=args.max_processes)
 
 
-def _eval(args: argparse.Namespace) -> int:
-    from rl_daytona.eval import EvalConfig, run_eval
+def _eval_config(args: argparse.Namespace) -> "EvalConfig":
+    from rl_daytona.endpoint_check import preflight
+    from rl_daytona.eval import EvalConfig
     from rl_daytona.pool import PoolConfig
 
-    cfg = EvalConfig(out=args.out, taskset=args.taskset, split=args.split, group=args.group,
-                     max_concurrent=args.max_concurrent, backend=args.backend, isolation=args.isolation,
-                     policy=args.policy, rollout_actors=args.rollout_actors, settings=_settings(args),
-                     rollout_actors_per_node=args.rollout_actors_per_node or 0,
-                     rollout_concurrency=args.rollout_concurrency or 0,
-                     limits=_limits(args), pool=PoolConfig(warm_size=args.warm_size),
-                     daytona=_daytona_options(args))
-    summary = run_eval(cfg)
+    preflight(args.policy, args.model, need_token_ids=False)  # a dead URL or unknown model: one line, exit 2
+    return EvalConfig(out=args.out, taskset=args.taskset, split=args.split, group=args.group,
+                      max_concurrent=args.max_concurrent, backend=args.backend, isolation=args.isolation,
+                      policy=args.policy, rollout_actors=args.rollout_actors, settings=_settings(args),
+                      rollout_actors_per_node=args.rollout_actors_per_node or 0,
+                      rollout_concurrency=args.rollout_concurrency or 0,
+                      limits=_limits(args), pool=PoolConfig(warm_size=args.warm_size),
+                      daytona=_daytona_options(args))
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from rl_daytona.eval import run_eval
+
+    summary = run_eval(_eval_config(args))
     infra = summary["counts_by_status"].get("infra_error", 0)
     if infra:
         print(f"rl-daytona: {infra} of {summary['rollouts']} rollouts hit infrastructure errors "
@@ -191,9 +211,11 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from rl_daytona.endpoint_check import preflight
     from rl_daytona.pool import PoolConfig
     from rl_daytona.train import TrainConfig, run_train
 
+    preflight(args.policy, args.model, need_token_ids=True)  # no token ids: refuse before any sandbox
     if args.policy != "builtin":
         raise ValueError("train drives the built-in model service (sampling and training); --policy must be builtin")
     if not (math.isfinite(args.chunk_mb) and args.chunk_mb > 0):
@@ -224,6 +246,12 @@ def _bench(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _tasks(args: argparse.Namespace) -> int:
+    from rl_daytona.tasks.cli import run
+
+    return run(args, _eval_config)
+
+
 def _reap(args: argparse.Namespace) -> int:
     from rl_daytona.reap import ReapQuery, reap
 
@@ -231,6 +259,13 @@ def _reap(args: argparse.Namespace) -> int:
                       dry_run=args.dry_run)
     for line in reap(query):
         print(line)
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from rl_daytona.show import show
+
+    show(args.rundir, args.rollout, args.tokenizer)
     return 0
 
 
@@ -250,8 +285,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     if getattr(args, "address", None):
         os.environ["RAY_ADDRESS"] = args.address  # ray_join and Ray itself read it
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM cleans up like Ctrl-C (again after ray.init)
-    commands = {"eval": _eval, "train": _train, "report": _report, "daytona-sim": _daytona_sim, "reap": _reap,
-                "bench": _bench}
+    commands = {"eval": _eval, "train": _train, "report": _report, "show": _show, "daytona-sim": _daytona_sim,
+                "reap": _reap, "bench": _bench, "tasks": _tasks}
     try:
         code = commands[args.command](args)
     except BackendAuthError as exc:  # Ray wraps it when it came from an actor: print the cause's one line

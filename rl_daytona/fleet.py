@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from rl_daytona.placement import NodeInfo, alive_nodes, share_for_new_node, spread
+from rl_daytona.ray_errors import lost_actor_errors
 from rl_daytona.rollout import ActorStats
 from rl_daytona.types import PhaseTimings, Rollout, RolloutRequest, RolloutStatus, Trajectory
 from rl_daytona.watchdog import Watchdog, WatchdogConfig
@@ -68,14 +69,6 @@ NodeFilter = Callable[[list[NodeInfo]], list[NodeInfo]]
 Reclaim = Callable[[str], Awaitable[Any]]
 # actor handle -> None: stop a wedged actor for good
 Stop = Callable[[Any], None]
-
-
-def lost_actor_errors() -> tuple[type[BaseException], ...]:
-    """The errors that mean "the actor (or its node) is gone", not "the rollout failed"."""
-    from ray.exceptions import (ActorUnschedulableError, NodeDiedError, ObjectLostError, RayActorError,
-                                WorkerCrashedError)
-
-    return RayActorError, ObjectLostError, NodeDiedError, WorkerCrashedError, ActorUnschedulableError
 
 
 class _Member:

@@ -25,7 +25,6 @@ import asyncio
 import json
 import time
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,35 +32,14 @@ import numpy as np
 
 from rl_daytona.backends import Backend, BackendAuthError, BackendSpec, SandboxHandle, make_backend
 from rl_daytona.backends.provision import make_provisioner
-from rl_daytona.planner import Planner, PlannerConfig
+from rl_daytona.planner import Planner
+from rl_daytona.pool_config import PoolConfig
 from rl_daytona.stock import Stock
 from rl_daytona.types import PoolStats
 
 
 class ClaimTimeoutError(RuntimeError):
     """No ready sandbox could be had before the claim's deadline."""
-
-
-@dataclass(frozen=True)
-class PoolConfig:
-    """How far ahead of demand the pool provisions, and how it treats failed creates."""
-
-    warm_size: int = 16
-    max_creating: int = 32
-    create_retries: int = 3
-    retry_backoff: float = 0.25
-    claim_timeout: float = 120.0
-    probe: bool = True
-    reprobe_after: float = 30.0  # a sandbox probed on arrival is handed out unprobed within this many seconds
-    ledger: str = ""  # append-only JSON lines of sandbox ids (created / forked / deleted); "" = none
-    forking: str = "auto"  # auto: fork when the backend's first sandbox can; never; always
-    planner: PlannerConfig = PlannerConfig()
-
-    def __post_init__(self) -> None:
-        if self.warm_size < 0 or self.max_creating < 1 or self.create_retries < 0:
-            raise ValueError("pool needs warm_size >= 0, max_creating >= 1 and create_retries >= 0")
-        if self.forking not in ("auto", "never", "always"):
-            raise ValueError(f"forking must be auto, never or always, got {self.forking!r}")
 
 
 class SandboxPool:

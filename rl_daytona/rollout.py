@@ -22,6 +22,7 @@ import openai
 
 from rl_daytona.agent import AgentError, run_agent
 from rl_daytona.backends import BackendSpec, SandboxError, SandboxHandle, make_backend
+from rl_daytona.ray_errors import lost_actor_errors
 from rl_daytona.tasks import GradeResult, TaskEnv, get_taskset
 from rl_daytona.types import PhaseTimings, Rollout, RolloutRequest, RolloutStatus, Settings, Trajectory
 
@@ -93,8 +94,6 @@ class RolloutActor:
         """A call on the pool, tried again when the pool actor died under it: Ray restarts it, and
         calls made while it restarts fail at once (ActorUnavailableError), so the retries back off
         (0.25 s doubling, about 8 s in all; the rollout's deadline bounds them too)."""
-        from rl_daytona.fleet import lost_actor_errors
-
         for attempt in range(POOL_CALL_TRIES):
             try:
                 return await call(self.pool, method, *args, **kwargs)

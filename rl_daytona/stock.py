@@ -15,14 +15,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from rl_daytona.backends import Backend, BackendAuthError, SandboxHandle
 from rl_daytona.planner import CreateWaves, LatencyModel, Plan, Supply
-
-if TYPE_CHECKING:
-    from rl_daytona.pool import PoolConfig
-
+from rl_daytona.pool_config import PoolConfig
 
 FAILING_BACKOFF_MAX = 30.0  # seconds a create waits at most while creates keep failing
 

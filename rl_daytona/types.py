@@ -25,6 +25,8 @@ class Trajectory:
     `token_ids[i]` was sampled by the policy when `loss_mask[i]` is 1 (then `logprobs[i]` is the
     sampler's logprob), else it is prompt/observation context (logprob 0.0, mask 0).
     `messages` keeps the readable chat for humans; it is never re-tokenised.
+    `segment_starts`: offsets where a new segment (a new datum) begins, because the next prompt
+    did not extend the previous prompt + sample (`learn.segments`); empty: one segment.
     """
 
     token_ids: tuple[int, ...] = ()
@@ -34,6 +36,7 @@ class Trajectory:
     turns: int = 0
     finish_reason: str = ""
     policy_version: int = 0
+    segment_starts: tuple[int, ...] = ()
 
     @property
     def sampled_tokens(self) -> int:

@@ -67,10 +67,14 @@ def test_huge_output_is_truncated_for_the_model(tmp_path: Path) -> None:
     assert len(content) < 2300 and "characters cut" in content
 
 
-def test_broken_prefix_is_an_agent_error_not_a_retokenisation(tmp_path: Path) -> None:
+def test_a_prompt_that_does_not_extend_the_last_starts_a_new_segment_not_a_retokenisation(tmp_path: Path) -> None:
+    """Templates re-render history (Qwen3 drops <think>): the next prompt is kept as sent, in a
+    new segment, and every sampled id stays trained exactly once."""
     replies = [Reply(command="true"), Reply(content="x", prompt_token_ids=[9, 9, 9])]
-    with pytest.raises(AgentError, match="prefix"):
-        _run(replies, tmp_path)
+    traj, _ = _run(replies, tmp_path)
+    first = len(traj.token_ids) - 4  # the second segment: the 3 prompt ids + 1 sampled id
+    assert traj.segment_starts == (first,) and list(traj.token_ids[first:]) == [9, 9, 9, 1001]
+    assert list(traj.loss_mask[first:]) == [0, 0, 0, 1] and traj.sampled_tokens == 2
 
 
 def test_endpoint_failure_is_an_agent_error(tmp_path: Path) -> None:

@@ -142,7 +142,7 @@ def test_off_policy_overlaps_next_rollouts_with_training_and_bounds_staleness(tm
     (["--chunk-mb", "inf"], "--chunk-mb must be positive"),
     (["--deadline", "0"], "argument --deadline: must be a positive number"),
     (["--chunk-mb", "0"], "--chunk-mb must be positive"),
-    (["--policy", "http://127.0.0.1:9/v1"], "--policy must be builtin"),
+    (["--policy", "http://127.0.0.1:9/v1"], "does not answer"),  # the endpoint preflight, before anything
     (["--steps", "0"], "must be at least 1"),
     (["--loss", "cross_entropy"], "invalid choice"),
     (["--taskset", "nowhere.module:X"], "nowhere"),

@@ -18,15 +18,24 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 from rl_daytona.daytona_sim.dockerfile import DockerfileError, build_steps
 from rl_daytona.daytona_sim.state import (
-    CONTAINER, LINUX_VM, ORG_ID, TARGET, SandboxRecord, SimError, new_id, now_iso,
+    CONTAINER, LINUX_VM, ORG_ID, TARGET, Counters, SandboxRecord, SimError, new_id, now_iso,
 )
 
-if TYPE_CHECKING:
-    from rl_daytona.daytona_sim.engine import Engine
+
+class Engine(Protocol):
+    """What the catalog needs of the sandbox engine it is bound to (the engine imports the
+    catalog, never the other way round)."""
+
+    counters: Counters
+    records: dict[str, SandboxRecord]
+
+    async def make_member(self, snapshot: str, sandbox_class: str, pool_id: str) -> SandboxRecord | None: ...
+
+    async def destroy(self, record: SandboxRecord) -> None: ...
 
 DEFAULT_SNAPSHOT = "daytona-sim/default"
 VM_SNAPSHOT = "daytona-sim/vm"

@@ -15,7 +15,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from rl_daytona.learn.datum import Datum, DatumError
+from rl_daytona.learn.datum import Datum, DatumError, datums_from_rollout
 from rl_daytona.types import Rollout, RolloutStatus
 
 DEFAULT_CHUNK_BYTES = 5 * 1024 * 1024
@@ -190,13 +190,14 @@ def group_datums(members: Sequence[Rollout], normalize_std: bool = False) -> lis
     """Datums of one complete group; empty when every reward is equal (nothing to learn).
 
     A member whose trajectory carries no tokens (an endpoint that does not return token ids)
-    raises `DatumError`: training on such a group would silently drop attempts from it.
+    raises `DatumError`: training on such a group would silently drop attempts from it. A member
+    stored in several segments gives one datum per segment (all with its advantage).
     """
     rewards = [r.reward for r in members]
     if len(set(rewards)) <= 1:
         return []
     adv = advantages(rewards, normalize_std)
-    return [Datum.from_rollout(r, float(a)) for r, a in zip(members, adv)]
+    return [d for r, a in zip(members, adv) for d in datums_from_rollout(r, float(a))]
 
 
 def request_bytes(datums: Sequence[Datum]) -> int:

@@ -51,6 +51,8 @@ class Choice:
     content: str | None
     finish_reason: str
     tool_call_id: str = ""
+    tool_name: str = "bash"
+    arguments: str = ""  # the tool call's JSON text as sampled (a renderer's); "" -> {"command": command}
 
 
 def error_body(message: str, param: str | None = None, kind: str = "invalid_request_error") -> dict[str, Any]:
@@ -105,20 +107,27 @@ def _finite(logprob: float) -> float:
     return max(float(logprob), MIN_LOGPROB)
 
 
+def _token(token: int) -> tuple[str, list[int]]:
+    """(text, bytes) of a built-in token; another model's id reads "token_id:N" (vLLM's convention)."""
+    if 0 <= token < V.VOCAB_SIZE:
+        return V.token_text(token), V.token_bytes(token)
+    return f"token_id:{token}", []
+
+
 def _logprob_entry(token: int, logprob: float, top: Sequence[tuple[int, float]]) -> dict[str, Any]:
+    text, raw = _token(token)
     return {
-        "token": V.token_text(token), "logprob": _finite(logprob), "bytes": V.token_bytes(token),
-        "top_logprobs": [{"token": V.token_text(t), "logprob": _finite(lp), "bytes": V.token_bytes(t)}
-                         for t, lp in top],
+        "token": text, "logprob": _finite(logprob), "bytes": raw,
+        "top_logprobs": [{"token": _token(t)[0], "logprob": _finite(lp), "bytes": _token(t)[1]} for t, lp in top],
     }
 
 
 def _message(choice: Choice) -> dict[str, Any]:
     if choice.command is None:
         return {"role": "assistant", "content": choice.content, "tool_calls": None}
-    call = {"id": choice.tool_call_id, "type": "function",
-            "function": {"name": "bash", "arguments": json.dumps({"command": choice.command})}}
-    return {"role": "assistant", "content": None, "tool_calls": [call]}
+    arguments = choice.arguments or json.dumps({"command": choice.command})
+    call = {"id": choice.tool_call_id, "type": "function", "function": {"name": choice.tool_name, "arguments": arguments}}
+    return {"role": "assistant", "content": choice.content, "tool_calls": [call]}
 
 
 def _choice_json(index: int, choice: Choice, request: ChatRequest) -> dict[str, Any]:

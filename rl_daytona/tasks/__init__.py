@@ -19,19 +19,21 @@ A full example (a repo with one bug, one instruction, a grader that cannot be ga
 `get_taskset("calc")` returns the built-in calc taskset; `get_taskset("my.module:ADD_TASKSET")`
 imports a user's taskset (the attribute may also be a zero-argument function returning one).
 
-Invariant: `get_taskset` returns a `Taskset` or raises `TaskError` with a message saying what
-was wrong with the name; it never returns something else.
+Invariant: `get_taskset` returns a `Taskset` or raises `TaskError` with one line saying what
+was wrong (for a module that fails to load: its file and line, and the cause; see `loader`);
+it never returns something else and nothing else escapes it.
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
 from typing import Callable
 
-from rl_daytona.tasks.api import GradeResult, Task, TaskEnv, TaskError, TaskInstance, Taskset, task
+from rl_daytona.tasks.api import (
+    GradeResult, Solution, Task, TaskEnv, TaskError, TaskInstance, Taskset, task,
+)
+from rl_daytona.tasks.loader import failure, load_taskset
 
-__all__ = ["GradeResult", "Task", "TaskEnv", "TaskError", "TaskInstance", "Taskset", "get_taskset",
+__all__ = ["GradeResult", "Solution", "Task", "TaskEnv", "TaskError", "TaskInstance", "Taskset", "get_taskset",
            "task", "BUILTIN_TASKSETS"]
 
 
@@ -53,36 +55,11 @@ BUILTIN_TASKSETS: dict[str, Callable[[], Taskset]] = {"calc": _calc, "textkit": 
 def get_taskset(name: str) -> Taskset:
     """A built-in taskset by name, or a user's by import spec `package.module:attribute`."""
     if name in BUILTIN_TASKSETS:
-        return BUILTIN_TASKSETS[name]()
+        try:
+            return BUILTIN_TASKSETS[name]()
+        except Exception as exc:  # noqa: BLE001 - a broken built-in is one line too
+            raise failure(exc, f"loading the built-in taskset {name!r}") from None
     if ":" not in name:
         known = ", ".join(sorted(BUILTIN_TASKSETS))
         raise TaskError(f"unknown taskset {name!r} (built-in: {known}; or give 'package.module:attribute')")
-    return _import_taskset(name)
-
-
-def _import_taskset(spec: str) -> Taskset:
-    module_name, _, attr_path = spec.partition(":")
-    if not module_name or not attr_path:
-        raise TaskError(f"bad taskset spec {spec!r}: expected 'package.module:attribute'")
-    try:
-        value: object = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise TaskError(f"taskset spec {spec!r}: cannot import {module_name!r} ({exc})") from exc
-    for attr in attr_path.split("."):
-        if not hasattr(value, attr):
-            raise TaskError(f"taskset spec {spec!r}: {module_name!r} has no attribute {attr_path!r}")
-        value = getattr(value, attr)
-    if callable(value) and not isinstance(value, Taskset):
-        value = _call_factory(spec, value)
-    if not isinstance(value, Taskset):
-        raise TaskError(f"taskset spec {spec!r} names a {type(value).__name__}, not a Taskset")
-    return value
-
-
-def _call_factory(spec: str, factory: Callable[[], object]) -> object:
-    try:
-        inspect.signature(factory).bind()
-    except (TypeError, ValueError):
-        raise TaskError(f"taskset spec {spec!r} names a callable that needs arguments; "
-                        "name a Taskset or a zero-argument function returning one") from None
-    return factory()
+    return load_taskset(name)

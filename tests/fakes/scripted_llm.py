@@ -53,6 +53,7 @@ class ScriptedLLM:
 
     def __init__(self, replies: list[Reply]) -> None:
         self.replies, self.requests = list(replies), []  # type: ignore[var-annotated]
+        self.models = ("builtin", "scripted")  # GET /v1/models (the CLI's default --model is "builtin")
         self._prompt: list[int] = []
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
@@ -83,6 +84,9 @@ class ScriptedLLM:
                                   "model": body.get("model", "scripted"), "choices": [choice],
                                   "prompt_token_ids": prompt, "system_fingerprint": "scripted-v3"})
 
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": m, "object": "model"} for m in self.models]})
+
     def _serve(self) -> None:
         asyncio.run(self._main())
 
@@ -90,6 +94,7 @@ class ScriptedLLM:
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
         app = web.Application(client_max_size=256 * 1024 * 1024)  # histories echoing huge replies
         app.router.add_post("/v1/chat/completions", self._complete)
+        app.router.add_get("/v1/models", self._models)  # what the CLI's endpoint preflight asks first
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -1,15 +1,15 @@
 """A second task written only through the public API: a word-count module with one bug.
 
 Invariant: variant `v` seeds `wordcount.py` with exactly the bug `BUGS[v]` next to the
-pristine tests; `FIXES[v]` is a sed command that repairs it, so grading pays 1.0 after the
-fix and 0.0 before. Run it with `--taskset tests.tasks.example_task:EXAMPLE_TASKSET`.
+pristine tests; `FIXES[v]` is a sed command that repairs it (and the task's reference solution),
+so grading pays 1.0 after the fix and 0.0 before. Run it with `--taskset tests.tasks.example_task:EXAMPLE_TASKSET`.
 """
 
 from __future__ import annotations
 
 from typing import Any, AsyncGenerator
 
-from rl_daytona.tasks import TaskEnv, Taskset, task
+from rl_daytona.tasks import Solution, TaskEnv, Taskset, task
 
 SOURCE = '''"""wordcount: count things in text."""
 
@@ -67,7 +67,12 @@ async def _wordcount(env: TaskEnv, *, variant: int) -> AsyncGenerator[Any, Any]:
     yield await env.grade_pytest(sources=["wordcount.py"], tests=TESTS, expected_passed=3, timeout=30)
 
 
-wordcount_task = task(name="wordcount")(_wordcount)
+def _reference(*, variant: int) -> Solution:
+    """The reference fix, as an edit: the variant's sed command (for `rl-daytona tasks check`)."""
+    return Solution(commands=(FIXES[variant],))
+
+
+wordcount_task = task(name="wordcount", solution=_reference)(_wordcount)
 
 EXAMPLE_TASKSET = Taskset(
     name="wordcount",

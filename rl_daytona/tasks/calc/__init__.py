@@ -2,7 +2,8 @@
 
 Invariant: variant `v` always seeds the same `calc.py` (see `bugs.VARIANT_BUGS`) next to the
 pristine `test_calc.py`; grading runs the pristine tests, so 1.0 means every one of the
-`N_TESTS` tests passed against the agent's calc.py. Splits: "train" (variants 0-23) and
+`N_TESTS` tests passed against the agent's calc.py; `calc_solution` (the variant's catalogued
+bugs reverted) is its reference fix. Splits: "train" (variants 0-23) and
 "heldout" (24-31, bug combinations never seen together in train).
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 from importlib import resources
 from typing import Any, AsyncGenerator
 
-from rl_daytona.tasks.api import TaskEnv, TaskInstance, Taskset, task
+from rl_daytona.tasks.api import Solution, TaskEnv, TaskInstance, Taskset, task
 from rl_daytona.tasks.calc.bugs import (
     BUGS,
     HELDOUT_VARIANTS,
@@ -20,6 +21,7 @@ from rl_daytona.tasks.calc.bugs import (
     Bug,
     bug_catalogue,
     buggy_source,
+    fixed_source,
     pristine_source,
     variant_bugs,
 )
@@ -35,7 +37,7 @@ PROMPT = (
 __all__ = [
     "BUGS", "Bug", "CALC_TASKSET", "HELDOUT_VARIANTS", "N_TESTS", "N_VARIANTS", "PROMPT",
     "TEST_SOURCE", "TRAIN_VARIANTS", "bug_catalogue", "buggy_source", "calc_instance",
-    "calc_task", "make_calc_taskset", "pristine_source", "variant_bugs",
+    "calc_solution", "calc_task", "fixed_source", "make_calc_taskset", "pristine_source", "variant_bugs",
 ]
 
 
@@ -47,8 +49,13 @@ async def _calc(env: TaskEnv, *, variant: int) -> AsyncGenerator[Any, Any]:
                                  expected_passed=N_TESTS)
 
 
+def calc_solution(*, variant: int) -> Solution:
+    """The reference fix: calc.py with each of the variant's catalogued bugs reverted."""
+    return Solution(files={"calc.py": fixed_source(variant)})
+
+
 # Applied as a call (not `@task`) so `_calc` stays a module attribute and plain pickle finds it.
-calc_task = task(name="calc")(_calc)
+calc_task = task(name="calc", solution=calc_solution)(_calc)
 
 
 def calc_instance(variant: int) -> TaskInstance:

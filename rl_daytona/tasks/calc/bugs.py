@@ -105,21 +105,28 @@ def pristine_source() -> str:
     return resources.files(__package__).joinpath("files/calc.py").read_text()
 
 
-def apply_bugs(source: str, bug_ids: tuple[str, ...]) -> str:
-    """`source` with each bug's line replaced; `TaskError` if a line is not there exactly once."""
+def apply_bugs(source: str, bug_ids: tuple[str, ...], *, revert: bool = False) -> str:
+    """`source` with each bug's line replaced (`revert`: each bug's line put back);
+    `TaskError` if a line is not there exactly once."""
     catalogue = bug_catalogue()
     lines = source.split("\n")
     for bug_id in bug_ids:
         if bug_id not in catalogue:
             raise TaskError(f"unknown calc bug {bug_id!r}")
         bug = catalogue[bug_id]
-        hits = [i for i, line in enumerate(lines) if line == bug.old]
+        old, new = (bug.new, bug.old) if revert else (bug.old, bug.new)
+        hits = [i for i, line in enumerate(lines) if line == old]
         if len(hits) != 1:
-            raise TaskError(f"bug {bug_id}: line {bug.old.strip()!r} occurs {len(hits)} times, expected once")
-        lines[hits[0]] = bug.new
+            raise TaskError(f"bug {bug_id}: line {old.strip()!r} occurs {len(hits)} times, expected once")
+        lines[hits[0]] = new
     return "\n".join(lines)
 
 
 def buggy_source(variant: int) -> str:
     """calc.py with the variant's bugs applied."""
     return apply_bugs(pristine_source(), variant_bugs(variant))
+
+
+def fixed_source(variant: int) -> str:
+    """The variant's calc.py with every one of its bugs reverted (the reference fix)."""
+    return apply_bugs(buggy_source(variant), variant_bugs(variant), revert=True)

@@ -3,7 +3,7 @@ seeded with 1-3 one-line bugs per variant, written only against the public Task 
 
 Invariant: variant `v` always seeds the same sources (see `bugs.VARIANT_BUGS`) next to the
 pristine tests; grading runs the pristine tests against the declared sources, so 1.0 means
-every one of the `N_TESTS` tests passed. Splits: "train" (variants 0-23) and "heldout"
+every one of the `N_TESTS` tests passed; `textkit_solution` (the pristine sources) pays 1.0. Splits: "train" (variants 0-23) and "heldout"
 (24-31, bug combinations never seen together in train).
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, AsyncGenerator
 
-from rl_daytona.tasks.api import TaskEnv, TaskInstance, Taskset, task
+from rl_daytona.tasks.api import Solution, TaskEnv, TaskInstance, Taskset, task
 from rl_daytona.tasks.textkit.bugs import (
     BUGS, HELDOUT_VARIANTS, TRAIN_VARIANTS, VARIANT_BUGS, pristine_files, seeded_files, test_files, variant_bugs,
 )
@@ -24,7 +24,7 @@ PROMPT = (
 TESTS = test_files()
 
 __all__ = ["BUGS", "N_TESTS", "PROMPT", "TEXTKIT_TASKSET", "TESTS", "pristine_files", "seeded_files",
-           "textkit_task", "variant_bugs"]
+           "textkit_solution", "textkit_task", "variant_bugs"]
 
 
 async def _textkit(env: TaskEnv, *, variant: int) -> AsyncGenerator[Any, Any]:
@@ -34,7 +34,13 @@ async def _textkit(env: TaskEnv, *, variant: int) -> AsyncGenerator[Any, Any]:
     yield await env.grade_pytest(sources=sorted(pristine_files()), tests=TESTS, expected_passed=N_TESTS)
 
 
-textkit_task = task(name="textkit")(_textkit)
+def textkit_solution(*, variant: int) -> Solution:
+    """The reference fix: the pristine sources over the seeded ones."""
+    variant_bugs(variant)
+    return Solution(files=pristine_files())
+
+
+textkit_task = task(name="textkit", solution=textkit_solution)(_textkit)
 
 
 def make_textkit_taskset() -> Taskset:
