@@ -3,7 +3,7 @@
     .venv/bin/python scripts/probe_first_edit.py [--samples 200] [--seed 7]
 
 For each bug of the calc catalogue alone in calc.py, the agent has run
-`nl -ba calc.py; python -m pytest -q --tb=no` and seen the real output; the policy then samples
+the look (`vocab.LOOK_VERB`: every source numbered, then the tests) and seen the real output; the policy then samples
 `--samples` next commands. Printed per bug: the fraction of samples that are an edit putting the
 bug's line back (`fix`) and the fraction that do so touching nothing else (`clean`). Far less
 noisy than whole episodes, so a change to the prior can be judged in a minute.
@@ -32,7 +32,9 @@ from rl_daytona.policy.model import PolicyModel  # noqa: E402
 from rl_daytona.policy.prior import initial_params  # noqa: E402
 from rl_daytona.tasks.calc import bugs  # noqa: E402
 
-FIRST = "nl -ba calc.py; python -m pytest -q --tb=no"
+from rl_daytona.policy import vocab as V  # noqa: E402
+
+FIRST = V.LOOK_VERB
 
 
 def main() -> None:
@@ -61,12 +63,13 @@ def main() -> None:
         fixed = clean = 0
         for _ in range(args.samples):
             ids, _ = model.sample(context, rng, 1.0, 256)
-            edit = re.fullmatch(r"sed -i '(.*)' calc\.py(?: && .*)?", G.render(ids))
+            edit = re.fullmatch(r"f=calc\.py; sed -i '(.*)' \"\$f\"(?: && .*)?", G.render(ids), re.DOTALL)
             if not edit:
                 continue
             script = edit.group(1)
             if script not in verdicts:
-                after = subprocess.run(["sed", script], input=source, capture_output=True, text=True).stdout.split("\n")
+                after = subprocess.run(["sh", "-c", f"sed '{script}'"], input=source, capture_output=True,
+                                       text=True).stdout.split("\n")
                 ok = len(after) == len(pristine) and after[line] == bug.old
                 verdicts[script] = (ok, ok and after == pristine)
             fixed += verdicts[script][0]

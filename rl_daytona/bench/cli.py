@@ -61,7 +61,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     ro = kinds.add_parser("rollouts", help="rollouts/s, wall / CPU floor and orchestration overhead per rollout",
                           description="Run N rollouts of the built-in policy on calc (local backend) through "
                                       "the pool, the fleet and a Learner's add(); print the figures.")
-    ro.add_argument("--n", type=int, default=1024, help="rollouts (rounded to whole groups over calc's 32 tasks)")
+    ro.add_argument("--n", type=int, default=1024, help="rollouts (rounded to whole groups over the taskset's tasks)")
+    ro.add_argument("--taskset", default="calc", help="a built-in taskset name or package.module:ATTRIBUTE (default calc)")
     ro.add_argument("--max-concurrent", type=int, default=64, help="rollouts in flight (default 64)")
     ro.add_argument("--out", type=Path, default=Path("runs/bench-rollouts"), help="run folder (figures.json)")
 
@@ -119,7 +120,8 @@ def _rollouts(args: argparse.Namespace) -> int:
 
     if args.n < 1 or args.max_concurrent < 1:
         raise ValueError("--n and --max-concurrent must be at least 1")
-    figures = run_rollout_bench(RolloutBench(n=args.n, max_concurrent=args.max_concurrent, out=args.out))
+    figures = run_rollout_bench(RolloutBench(n=args.n, max_concurrent=args.max_concurrent, out=args.out,
+                                             taskset=args.taskset))
     print(json.dumps(figures, indent=2))
     os.makedirs(args.out, exist_ok=True)
     (args.out / "figures.json").write_text(json.dumps(figures, indent=2))

@@ -1,7 +1,10 @@
-"""Rollout throughput: N rollouts of the built-in policy on calc, local backend, through the
-same SandboxPool, RolloutFleet and Learner hand-off a training step uses (no training call).
+"""Rollout throughput: N rollouts of the built-in policy on a taskset (calc by default), local
+backend, through the same SandboxPool, RolloutFleet and Learner hand-off a training step uses
+(no training call).
 
 Figures, precisely:
+- `per_attempt` (see `attempt_cost`): sandbox commands, pytest runs, sandbox CPU-s, tokens and
+  bytes per datum, each a mean per attempt, the grader's own command and pytest run included;
 - rollouts/s = N / wall, wall from the first dispatch to the last rollout handed to the Learner;
 - wall / CPU floor, the CPU floor = CPU seconds of the sandbox processes (every RolloutActor's
   RUSAGE_CHILDREN) / cores: 1.0 means the cores did nothing but sandbox work;
@@ -47,9 +50,8 @@ from typing import Any
 
 import numpy as np
 
+from rl_daytona.bench.attempt_cost import attempt_costs
 from rl_daytona.types import Rollout, RolloutRequest, RolloutStatus, Settings
-
-CALC_TASKS = 32
 
 
 @dataclass(frozen=True)
@@ -59,14 +61,16 @@ class RolloutBench:
     rollout_actors: int = 2
     out: Path = Path("runs/bench-rollouts")
     idle_seconds: float = 30.0  # the idle baseline window (0: none, marginal figure not reported)
+    taskset: str = "calc"
 
 
-def bench_requests(n: int) -> list[RolloutRequest]:
-    """n attempts over calc's tasks: whole groups of n // 32 while n >= 32, else n tasks once."""
+def bench_requests(n: int, taskset: str = "calc") -> list[RolloutRequest]:
+    """n attempts over the taskset's tasks: whole groups while n >= its task count, else n tasks once."""
     from rl_daytona.eval import requests_for
+    from rl_daytona.tasks import get_taskset
 
-    group = max(1, n // CALC_TASKS)
-    return requests_for("calc", "all", group, tag="bench")[:n]
+    group = max(1, n // len(get_taskset(taskset).instances))
+    return requests_for(taskset, "all", group, tag="bench")[:n]
 
 
 def run_rollout_bench(cfg: RolloutBench) -> dict[str, Any]:
@@ -89,7 +93,7 @@ async def _run(cfg: RolloutBench, policy_url: str) -> dict[str, Any]:
     from rl_daytona.learn.learner import LearnerConfig
     from rl_daytona.pool import PoolConfig
 
-    requests = bench_requests(cfg.n)
+    requests = bench_requests(cfg.n, cfg.taskset)
     spec = BackendSpec(kind="local", root=str(cfg.out / "sandboxes"))
     pool = runtime.start_pool(spec, f"bench-{uuid.uuid4().hex[:8]}",
                               PoolConfig(ledger=str(cfg.out / "sandboxes.jsonl")))
@@ -97,7 +101,7 @@ async def _run(cfg: RolloutBench, policy_url: str) -> dict[str, Any]:
     try:
         await pool.start.remote()
         plan = FleetPlan(actors=cfg.rollout_actors, max_concurrent=cfg.max_concurrent)
-        fleet = runtime.start_fleet(pool, spec, "calc", Settings(policy_url=policy_url), plan)
+        fleet = runtime.start_fleet(pool, spec, cfg.taskset, Settings(policy_url=policy_url), plan)
         await fleet.start()
         await fleet.stats()  # every actor is up before the clock starts (actor start-up is not overhead)
         actors = {"pool": [pool], "learner": [learner], "rollout_actors": [m.actor for m in fleet._members]}
@@ -121,6 +125,8 @@ async def _run(cfg: RolloutBench, policy_url: str) -> dict[str, Any]:
         await learner.close.remote()
     cpu = sum(s.sandbox_cpu_seconds for s in actor_stats)
     figures = _figures(timings, wall, cpu, pool_stats)
+    figures["taskset"] = cfg.taskset
+    figures["per_attempt"] = attempt_costs([t[0] for t in timings], cpu)
     figures["load_1m"] = {"mean": round(float(np.mean(loads or [0.0])), 2), "max": round(max(loads or [0.0]), 2)}
     per = {k: round(1000 * (cpu_after[k] - cpu_before[k]) / len(timings), 2) for k in cpu_after}
     figures["cpu_ms_per_rollout"] = per

@@ -140,7 +140,7 @@ def draft_of(obs: Observation, prefix: Sequence[int]) -> Draft:
     draft = Draft(working=dict(obs.lines))
     line = old = new = -1
     for token in prefix:
-        kind = V.PIECES[token].kind
+        kind = V.PIECES[token].kind if token < V.BYTE_OFFSET else "byte"
         if kind == "line":
             line = V.line_of(token)
         elif kind == "old":
@@ -170,7 +170,9 @@ def _record(draft: Draft, obs: Observation, sub: G.Substitution) -> None:
 
 def decide_edit(obs: Observation, prefix: Sequence[int], state: G.GrammarState,
                 allowed: tuple[int, ...]) -> Decision:
-    """The decision for an edit slot (line, old fragment, new fragment, separator)."""
+    """The decision for an edit slot (line, old fragment, new fragment, separator), read
+    against the file the command edits (`f=PATH`)."""
+    obs = obs.for_path(V.path_text(prefix))
     draft = draft_of(obs, prefix)
     if state.slot == "edit_line":
         return _line_decision(obs, draft, allowed)

@@ -71,7 +71,7 @@ def verb_context(obs: Observation) -> np.ndarray:
         "edited_since_test": obs.edited_since_test,
         "failing_but_unmapped": failing and obs.source_seen and not obs.failing_functions,
         "broken": obs.broken, "last_failed": obs.last_failed,
-        "source_but_no_tests": obs.source_seen and not obs.tests_run,
+        "source_but_no_tests": obs.source_seen and not obs.tests_run, "no_files_known": not obs.sources,
         f"turn_{min(obs.turn, 7)}": True, f"last_{_verb_class(obs.last_verb)}": True,
     }
     for name, on in flags.items():
@@ -93,7 +93,7 @@ def _verb_class(verb: int) -> str:
 
 def decide(obs: Observation, prefix: Sequence[int], state: G.GrammarState) -> Decision:
     """The candidates and feature blocks for the piece after `prefix` in `state`."""
-    from rl_daytona.policy import edit_features
+    from rl_daytona.policy import edit_features, path_features
 
     allowed = G.allowed(state)
     if state.slot == "verb":
@@ -101,6 +101,8 @@ def decide(obs: Observation, prefix: Sequence[int], state: G.GrammarState) -> De
         return Decision(G.VERB_CHOICES, (block,))
     if len(allowed) == 1:
         return Decision(allowed)
+    if state.slot in ("path0", "path"):
+        return path_features.decide_path(obs, prefix, state, allowed)
     if state.slot in edit_features.SLOTS:
         return edit_features.decide_edit(obs, prefix, state, allowed)
     slot = P.SLOTS.index(state.slot)

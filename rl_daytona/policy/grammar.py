@@ -4,14 +4,15 @@ Invariant: `allowed(state)` depends only on the pieces of the completion so far,
 path from `START` to `DONE` renders a valid shell command (or is `<submit>`). Rendering is
 injective on complete commands, so `parse_command(render(ids)) == ids`.
 
-Commands (every one but <submit> ends with the empty piece <eoc>):
+Commands (every one but <submit> ends with the empty piece <eoc>); PATH is spelled in byte
+tokens (`vocab.PATH_CHARS`, at least one):
     <submit>
     python -m pytest -q [--tb=no | -x]
-    nl -ba calc.py; python -m pytest -q --tb=no
-    (cat | nl -ba | grep -n 'def ' | grep -n 'return') FILE
-    (head -n | tail -n) N ' ' FILE
-    sed -n 'A,Bp' FILE                                   (B >= A)
-    sed -i 'L1s/O1/N1/[2|g];L2s/O2/N2/[2|g]...' calc.py [&& python -m pytest -q --tb=no]
+    awk (every source, numbered) $(find ...); python -m pytest -q --tb=no      (the look)
+    (cat | nl -ba | grep -n 'def ' | grep -n 'return') PATH
+    (head -n | tail -n) N ' ' PATH
+    sed -n 'A,Bp' PATH                                   (B >= A)
+    f=PATH; sed -i 'L1s/O1/N1/[2|g];L2s/O2/N2/[2|g]...' "$f" [&& python -m pytest -q --tb=no]
                                        (1..MAX_SUBSTITUTIONS substitutions, each N != O)
 """
 
@@ -29,7 +30,8 @@ COUNT_VIEW_IDS = frozenset(_ID(v) for v in V.COUNT_VIEW_VERBS)
 RANGE_VIEW_ID = _ID(V.RANGE_VIEW_VERB)
 EDIT_ID = _ID(V.EDIT_VERB)
 VERB_CHOICES: tuple[int, ...] = (V.SUBMIT,) + tuple(_ID(v) for v in V.VERBS)
-FILE_IDS: tuple[int, ...] = V.ids_of("file")
+EDIT_OPEN_ID = _ID(V.EDIT_OPEN)
+PATH_IDS = V.PATH_IDS
 FLAG_IDS: tuple[int, ...] = V.ids_of("flag")
 MORE_ID, CLOSE_ID = V.ids_of("sep")
 SUFFIX_CHOICES: tuple[int, ...] = (V.EOC,) + V.ids_of("suffix")
@@ -50,8 +52,8 @@ START = GrammarState()
 DONE = GrammarState(slot="done")
 
 _NEXT = {
-    "count": "space", "space": "file", "file": "end", "range_a": "comma", "comma": "range_b",
-    "range_b": "p", "p": "file", "edit_line": "s", "s": "old", "old": "slash", "slash": "new",
+    "count": "space", "space": "path0", "path0": "path", "range_a": "comma", "comma": "range_b",
+    "range_b": "p", "p": "path0", "edit_line": "s", "s": "old", "old": "slash", "slash": "new",
     "new": "flag", "flag": "sep", "end": "done",
 }
 _GLUE = {"space": " ", "comma": ",", "p": "p' ", "s": "s/", "slash": "/"}
@@ -71,13 +73,17 @@ def allowed(state: GrammarState) -> tuple[int, ...]:
         return (_ID(_GLUE[slot]),)
     if slot == "new":
         return _NEW_CHOICES[V.fragment_of(state.old)]
+    if slot == "path0":
+        return PATH_IDS
+    if slot == "path":
+        return PATH_IDS + ((EDIT_OPEN_ID,) if state.verb == EDIT_ID else (V.EOC,))
     if slot == "sep":
         return (MORE_ID, CLOSE_ID) if state.subs < V.MAX_SUBSTITUTIONS else (CLOSE_ID,)
     return _FIXED_CHOICES.get(slot, ())
 
 
-_NEW_CHOICES = tuple(tuple(t for t in V.NEW_IDS if V.fragment_of(t) != f) for f in range(len(V.FRAGMENTS)))
-_FIXED_CHOICES = {"file": FILE_IDS, "old": V.OLD_IDS, "flag": FLAG_IDS, "suffix": SUFFIX_CHOICES,
+_NEW_CHOICES = tuple(tuple(t for t in V.NEW_CHOICES if V.fragment_of(t) != f) for f in range(len(V.FRAGMENTS)))
+_FIXED_CHOICES = {"old": V.OLD_CHOICES, "flag": FLAG_IDS, "suffix": SUFFIX_CHOICES,
                   "end": (V.EOC,)}
 
 
@@ -96,6 +102,10 @@ def advance(state: GrammarState, token: int) -> GrammarState:
         return replace(state, slot="edit_line" if token == MORE_ID else "suffix")
     if slot == "suffix":
         return DONE if token == V.EOC else replace(state, slot="end")
+    if slot == "path":
+        if token == V.EOC:
+            return DONE
+        return replace(state, slot="edit_line" if token == EDIT_OPEN_ID else "path")
     return DONE if _NEXT[slot] == "done" else replace(state, slot=_NEXT[slot])
 
 
@@ -104,14 +114,14 @@ def _after_verb(token: int) -> GrammarState:
         return DONE
     if token in PYTEST_IDS or token == LOOK_ID:
         slot = "end"
-    elif token in FILE_VIEW_IDS:
-        slot = "file"
+    elif token in FILE_VIEW_IDS or token == EDIT_ID:
+        slot = "path0"
     elif token in COUNT_VIEW_IDS:
         slot = "count"
     elif token == RANGE_VIEW_ID:
         slot = "range_a"
     else:
-        slot = "edit_line"
+        raise ValueError(f"not a verb: {V.token_text(token)!r}")
     return GrammarState(slot=slot, verb=token)
 
 
@@ -137,7 +147,8 @@ def is_complete(ids: tuple[int, ...] | list[int]) -> bool:
 
 def render(ids: tuple[int, ...] | list[int]) -> str:
     """The shell command text of a completion (specials render as nothing)."""
-    return "".join(V.PIECES[t].text for t in ids if t < V.BYTE_OFFSET and V.PIECES[t].kind != "special")
+    return "".join(V.token_text(t) if t >= V.BYTE_OFFSET else V.PIECES[t].text for t in ids
+                   if t >= V.BYTE_OFFSET or V.PIECES[t].kind != "special")
 
 
 def parse_command(text: str) -> tuple[int, ...] | None:
@@ -160,14 +171,18 @@ def _parse(text: str, pos: int, state: GrammarState, cut: bool = False) -> tuple
         return ()
     if state == DONE:
         return () if pos == len(text) else None
-    for token in sorted(allowed(state), key=lambda t: -len(V.PIECES[t].text)):
-        piece = V.PIECES[token]
-        if token == V.SUBMIT or not text.startswith(piece.text, pos):
+    for token in sorted(allowed(state), key=lambda t: -len(_text(t))):
+        piece_text = _text(token)
+        if token == V.SUBMIT or not text.startswith(piece_text, pos):
             continue
-        rest = _parse(text, pos + len(piece.text), advance(state, token), cut)
+        rest = _parse(text, pos + len(piece_text), advance(state, token), cut)
         if rest is not None:
             return (token,) + rest
     return None
+
+
+def _text(token: int) -> str:
+    return V.token_text(token) if token >= V.BYTE_OFFSET else V.PIECES[token].text
 
 
 @dataclass(frozen=True)
@@ -187,7 +202,7 @@ def occurrence_of(flag: int) -> int:
 
 @dataclass(frozen=True)
 class Command:
-    """A completion decoded into its choices."""
+    """A completion decoded into its choices (`file`: the path it names, '' for none)."""
 
     verb: int
     file: str = ""
@@ -201,20 +216,20 @@ def decode(ids: tuple[int, ...] | list[int]) -> Command | None:
     """The structured command of a complete grammar completion, else None."""
     if not is_complete(ids):
         return None
-    lines = [V.line_of(t) for t in ids if V.PIECES[t].kind == "line"]
-    files = [V.PIECES[t].text for t in ids if V.PIECES[t].kind == "file"]
+    lines = [V.line_of(t) for t in ids if t < V.BYTE_OFFSET and V.PIECES[t].kind == "line"]
     subs = _substitutions(ids, lines)
     return Command(
-        verb=ids[0], file=files[0] if files else ("calc.py" if ids[0] in (EDIT_ID, LOOK_ID) else ""),
+        verb=ids[0], file=V.path_text(ids),
         first=lines[0] if lines else 0, last=lines[-1] if lines else 0, subs=subs,
-        then_test=any(V.PIECES[t].kind == "suffix" for t in ids),
+        then_test=any(t < V.BYTE_OFFSET and V.PIECES[t].kind == "suffix" for t in ids),
     )
 
 
 def _substitutions(ids: tuple[int, ...] | list[int], lines: list[int]) -> tuple[Substitution, ...]:
     if ids[0] != EDIT_ID:
         return ()
-    olds = [V.fragment_of(t) for t in ids if V.PIECES[t].kind == "old"]
-    news = [V.fragment_of(t) for t in ids if V.PIECES[t].kind == "new"]
-    flags = [occurrence_of(t) for t in ids if V.PIECES[t].kind == "flag"]
+    kinds = [V.PIECES[t].kind if t < V.BYTE_OFFSET else "byte" for t in ids]
+    olds = [V.fragment_of(t) for t, k in zip(ids, kinds) if k == "old"]
+    news = [V.fragment_of(t) for t, k in zip(ids, kinds) if k == "new"]
+    flags = [occurrence_of(t) for t, k in zip(ids, kinds) if k == "flag"]
     return tuple(Substitution(*fields) for fields in zip(lines, olds, news, flags))

@@ -2,9 +2,12 @@
 
 Invariant: `observe(ids)` is a pure function of the ids (no clock, no randomness, no server
 state), so training recomputes exactly the observation the sampler saw. It replays the
-transcript: views of calc.py fill a believed copy of the file, the policy's own `sed -i`
-edits are applied to that copy exactly as sed applies them, and every pytest output updates
-which tests fail and which edited lines were judged bad (their function still fails).
+transcript: the files the task names (Python paths in the user prompt) and the files views
+show are the ones it knows; views fill a believed copy of each file, the policy's own
+`sed -i` edits are applied to that copy exactly as sed applies them, and every pytest output
+updates which tests fail and which edited lines were judged bad (their function still fails).
+Nothing here knows any one taskset: a test file is `test_*.py`, `*_test.py`, `conftest.py` or
+anything under a `tests/` folder; every other `.py` is a source.
 """
 
 from __future__ import annotations
@@ -20,6 +23,25 @@ _EXIT = re.compile(r"\n?\[exit code (-?\d+)[^\]]*\]\s*$")
 _CUT = re.compile(r"\n\[\.\.\. \d+ characters cut \.\.\.\]\n")
 _NUMBERED = re.compile(r"^\s*(\d+)(?:\t|:)(.*)$")
 _DEF = re.compile(r"^def (\w+)\s*\(")
+_HEADER = re.compile(r"^==> (\S+) <==$")
+_PATH = re.compile(r"(?<![\w./-])((?:[\w.-]+/)*[\w-]+\.py)\b")
+
+
+def is_test_path(path: str) -> bool:
+    """Whether a path is a test file (never a place to fix a bug)."""
+    name = path.rsplit("/", 1)[-1]
+    return (name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py"
+            or path.startswith("tests/") or "/tests/" in path)
+
+
+def paths_in(text: str) -> list[str]:
+    """Python file paths a text names, in order of first mention."""
+    out: list[str] = []
+    for path in _PATH.findall(text):
+        path = path[2:] if path.startswith("./") else path
+        if path not in out and set(path) <= V.PATH_CHARS:
+            out.append(path)
+    return out
 
 
 @dataclass(frozen=True)
@@ -46,10 +68,27 @@ class Observation:
     bad_texts: frozenset[tuple[int, str]] = frozenset()
     functions: tuple[Function, ...] = ()
     failing_functions: frozenset[str] = frozenset()
+    path: str = ""  # the file `lines`, `functions`... describe (the focus: see `_focus`)
+    files: tuple[str, ...] = ()  # every file known: named by the prompt or shown by a view
+    beliefs: dict[str, "FileBelief"] = field(default_factory=dict)
 
     @property
     def source_seen(self) -> bool:
-        return bool(self.lines)
+        return any(b.lines for p, b in self.beliefs.items() if not is_test_path(p))
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return tuple(p for p in self.files if not is_test_path(p))
+
+    @property
+    def any_failing_function(self) -> bool:
+        return any(b.failing_functions for b in self.beliefs.values())
+
+    def for_path(self, path: str) -> "Observation":
+        """This observation with `lines`... describing `path` (empty when never seen)."""
+        b = self.beliefs.get(path, FileBelief())
+        return replace(self, path=path, lines=b.lines, original=b.original, bad_texts=b.bad_texts,
+                       functions=b.functions, failing_functions=b.failing_functions)
 
     def function_at(self, line: int) -> Function | None:
         return _function_at(self.functions, line)
@@ -59,6 +98,36 @@ class Observation:
         (its function still failed, or pytest could not even collect, right after it)."""
         text = self.lines.get(line, "") if text is None else text
         return (line, text) in self.bad_texts and text != self.original.get(line)
+
+
+@dataclass(frozen=True)
+class FileBelief:
+    """What the policy believes one file holds (lines 1-based), and what it judged of its edits."""
+
+    lines: dict[int, str] = field(default_factory=dict)
+    original: dict[int, str] = field(default_factory=dict)
+    bad_texts: frozenset[tuple[int, str]] = frozenset()
+    functions: tuple[Function, ...] = ()
+    failing_functions: frozenset[str] = frozenset()
+
+
+class _File:
+    """Mutable belief about one file during a replay."""
+
+    def __init__(self) -> None:
+        self.lines: dict[int, str] = {}
+        self.original: dict[int, str] = {}
+        self.bad_texts: set[tuple[int, str]] = set()
+
+    def see(self, line: int, text: str) -> None:
+        if 1 <= line <= V.MAX_LINE:
+            self.lines[line] = text
+            self.original.setdefault(line, text)
+
+    def frozen(self, failing: tuple[str, ...]) -> FileBelief:
+        functions = parse_functions(self.lines)
+        return FileBelief(dict(self.lines), dict(self.original), frozenset(self.bad_texts), functions,
+                          failing_functions(failing, functions))
 
 
 def _function_at(functions: tuple[Function, ...], line: int) -> Function | None:
@@ -89,9 +158,8 @@ class Replay:
         self.turn, self.last_verb, self.last_failed = 0, -1, False
         self.result: pytest_output.TestResult | None = None
         self.edited_since_test = False
-        self.lines: dict[int, str] = {}
-        self.original: dict[int, str] = {}
-        self.bad_texts: set[tuple[int, str]] = set()
+        self.files: dict[str, _File] = {}
+        self.known: list[str] = []
         self.pending: Command | None = None
 
     def feed(self, role: int, body: list[int]) -> None:
@@ -101,6 +169,15 @@ class Replay:
             self.last_verb = self.pending.verb if self.pending else -1
         elif role == V.TOOL and self.turn:
             self._observe_output(V.decode_bytes(body))
+        elif role == V.USER:
+            self._know(*paths_in(V.decode_bytes(body)))
+
+    def _know(self, *paths: str) -> None:
+        self.known.extend(p for p in paths if p not in self.known)
+
+    def _file(self, path: str) -> _File:
+        self._know(path)
+        return self.files.setdefault(path, _File())
 
     def _observe_output(self, text: str) -> None:
         match = _EXIT.search(text)
@@ -112,67 +189,93 @@ class Replay:
             return
         if command.verb == G.EDIT_ID:
             self._apply_edit(command, output)
-        elif command.file == "calc.py" and (code == 0 or command.verb == G.LOOK_ID):
+        elif command.verb == G.LOOK_ID:
+            self._apply_listing(output)
+        elif command.file and code == 0:
             self._apply_view(command, output)
         if command.verb in G.PYTEST_IDS or command.verb == G.LOOK_ID or command.then_test:
             self._apply_tests(pytest_output.parse(output))
 
+    def _apply_listing(self, output: str) -> None:
+        """`==> path <==` headers, each followed by that file's numbered lines."""
+        current: _File | None = None
+        for row in _trusted_rows(output):
+            header = _HEADER.match(row)
+            if header:
+                path = header.group(1)
+                current = self._file(path) if set(path) <= V.PATH_CHARS else None
+                continue
+            found = _NUMBERED.match(row)
+            if found and current is not None:
+                current.see(int(found.group(1)), found.group(2))
+
     def _apply_view(self, command: G.Command, output: str) -> None:
         numbered = command.verb in _NUMBERED_VIEW_IDS
-        head = _CUT.split(output)[0]
-        rows = head.split("\n")
-        if _CUT.search(output):
-            rows = rows[:-1]  # the row the cut fell in is partial: never believe it
+        rows = _trusted_rows(output)
         start = _view_start(command)
+        belief = self._file(command.file)
         for offset, row in enumerate(rows):
             if numbered:
                 found = _NUMBERED.match(row)
                 if found:
-                    self._see(int(found.group(1)), found.group(2))
+                    belief.see(int(found.group(1)), found.group(2))
             elif start > 0 and (row or offset < len(rows) - 1):
-                self._see(start + offset, row)
-
-    def _see(self, line: int, text: str) -> None:
-        if 1 <= line <= V.MAX_LINE:
-            self.lines[line] = text
-            self.original.setdefault(line, text)
+                belief.see(start + offset, row)
 
     def _apply_edit(self, command: G.Command, output: str) -> None:
         self.edited_since_test = True
-        if "sed: " in output:
+        if "sed: " in output or command.file not in self.files:
             return
+        lines = self.files[command.file].lines
         for sub in command.subs:
-            if sub.line in self.lines:
-                self.lines[sub.line] = apply_substitution(self.lines[sub.line], sub)
+            if sub.line in lines:
+                lines[sub.line] = apply_substitution(lines[sub.line], sub)
 
     def _apply_tests(self, result: pytest_output.TestResult) -> None:
         if result.broken and self.result is not None:  # a collection error names no test: keep the last ones
             result = replace(result, failing=self.result.failing)
         self.result, self.edited_since_test = result, False
-        functions = parse_functions(self.lines)
-        failing = failing_functions(result.failing, functions)
-        for line, text in self.lines.items():
-            fn = _function_at(functions, line)
-            judged_bad = result.broken or (fn is not None and fn.name in failing)
-            if judged_bad and text != self.original.get(line):
-                self.bad_texts.add((line, text))
+        for belief in self.files.values():
+            functions = parse_functions(belief.lines)
+            failing = failing_functions(result.failing, functions)
+            for line, text in belief.lines.items():
+                fn = _function_at(functions, line)
+                judged_bad = result.broken or (fn is not None and fn.name in failing)
+                if judged_bad and text != belief.original.get(line):
+                    belief.bad_texts.add((line, text))
 
     def snapshot(self) -> Observation:
-        functions = parse_functions(self.lines)
         result = self.result or pytest_output.TestResult()
-        return Observation(
+        beliefs = {p: f.frozen(result.failing) for p, f in self.files.items()}
+        obs = Observation(
             turn=self.turn, last_verb=self.last_verb, last_failed=self.last_failed,
             tests_run=self.result is not None, failing_tests=result.failing,
             all_passed=result.all_passed, broken=result.broken,
-            edited_since_test=self.edited_since_test, lines=dict(self.lines),
-            original=dict(self.original), bad_texts=frozenset(self.bad_texts), functions=functions,
-            failing_functions=failing_functions(result.failing, functions),
+            edited_since_test=self.edited_since_test, files=tuple(self.known), beliefs=beliefs,
         )
+        return obs.for_path(_focus(beliefs, self.known))
+
+
+def _focus(beliefs: dict[str, FileBelief], known: list[str]) -> str:
+    """The source a failing test points into, else the first source seen, else the first named."""
+    sources = [p for p in known if not is_test_path(p)]
+    for path in sources:
+        if path in beliefs and beliefs[path].failing_functions:
+            return path
+    for path in sources:
+        if path in beliefs and beliefs[path].lines:
+            return path
+    return sources[0] if sources else ""
+
+
+def _trusted_rows(output: str) -> list[str]:
+    """The output's rows before any cut (the row the cut fell in is partial: never believed)."""
+    rows = _CUT.split(output)[0].split("\n")
+    return rows[:-1] if _CUT.search(output) else rows
 
 
 Command = G.Command
-_NUMBERED_VIEW_IDS = (V.piece_id("nl -ba "), G.LOOK_ID, V.piece_id("grep -n 'def ' "),
-                      V.piece_id("grep -n 'return' "))
+_NUMBERED_VIEW_IDS = (V.piece_id("nl -ba "), V.piece_id("grep -n 'def ' "), V.piece_id("grep -n 'return' "))
 
 
 def _view_start(command: G.Command) -> int:
@@ -186,12 +289,12 @@ def apply_substitution(text: str, sub: G.Substitution) -> str:
     """What GNU sed makes of one line under `Ls/OLD/NEW/[2|g]`."""
     pattern, new = V.FRAGMENT_REGEX[sub.old], V.FRAGMENTS[sub.new]
     if sub.occurrence in (0, 1):
-        return pattern.sub(lambda _m: new, text, count=1 if sub.occurrence == 1 else 0)
+        return pattern.sub(lambda m: V.replacement_text(new, m), text, count=1 if sub.occurrence == 1 else 0)
     matches = list(pattern.finditer(text))
     if len(matches) < sub.occurrence:
         return text
     hit = matches[sub.occurrence - 1]
-    return text[: hit.start()] + new + text[hit.end():]
+    return text[: hit.start()] + V.replacement_text(new, hit) + text[hit.end():]
 
 
 def parse_functions(lines: dict[int, str]) -> tuple[Function, ...]:

@@ -15,11 +15,11 @@ from rl_daytona.policy import vocab as V
 HASH_SIZE = 1 << 15
 N_FRAGMENTS = len(V.FRAGMENTS)
 N_VERBS = len(G.VERB_CHOICES)
-SLOTS: tuple[str, ...] = ("file", "count", "range_a", "range_b", "flag", "suffix")
+SLOTS: tuple[str, ...] = ("count", "range_a", "range_b", "flag", "suffix")
 
 VERB_CONTEXT: tuple[str, ...] = (
     "bias", "no_tests_yet", "no_source", "can_edit", "all_passed", "edited_since_test",
-    "failing_but_unmapped", "broken", "last_failed", "source_but_no_tests",
+    "failing_but_unmapped", "broken", "last_failed", "source_but_no_tests", "no_files_known",
     *(f"turn_{i}" for i in range(8)),
     "last_none", "last_pytest", "last_view", "last_edit", "last_other",
 )
@@ -33,6 +33,7 @@ OLD_FEATURES: tuple[str, ...] = ("revertible", "in_failing_fn", "repeated_on_lin
 NEW_FEATURES: tuple[str, ...] = ("reverts", "known_bad", "same_kind", "compatible_kind", "incompatible_kind",
                                  "breaks_syntax", "unknown_name", "no_change", "rebinds")
 FLAG_FEATURES: tuple[str, ...] = ("reverts", "no_change", "breaks")
+PATH_FEATURES: tuple[str, ...] = ("bias", "source", "test", "seen", "has_failing_fn", "focus")
 SEP_CONTEXT: tuple[str, ...] = ("bias", "untried_failing_fn", "unreverted_bad_line", "subs_2", "subs_3")
 
 SHAPES: dict[str, tuple[int, ...]] = {
@@ -48,6 +49,7 @@ SHAPES: dict[str, tuple[int, ...]] = {
     "new_hash": (HASH_SIZE,),
     "sep_w": (len(SEP_CONTEXT), 2),
     "flag_w": (len(FLAG_FEATURES),),
+    "path_w": (len(PATH_FEATURES),),
 }
 
 

@@ -19,21 +19,23 @@ from rl_daytona.policy import vocab as V
 PRIOR_SCALE = 1.0
 
 VERB_PRIOR: dict[str, dict[str, float]] = {
-    "bias": {"<submit>": -4, "python -m pytest -q --tb=no": 1, V.LOOK_VERB: 0, "python -m pytest -q": -1,
+    "bias": {"<submit>": -4, V.QUICK_TEST: 1, V.PYTEST_COMPACT: -1, V.LOOK_VERB: 0, "python -m pytest -q": -2,
              "python -m pytest -q -x": -2, "cat ": 0, "nl -ba ": 0, "grep -n 'def ' ": -2,
-             "grep -n 'return' ": -3, "head -n ": -3, "tail -n ": -4, "sed -n '": -3, "sed -i '": -1},
-    "no_tests_yet": {"python -m pytest -q --tb=no": 3, "python -m pytest -q": 1, V.LOOK_VERB: 4},
+             "grep -n 'return' ": -3, "head -n ": -3, "tail -n ": -4, "sed -n '": -3, V.EDIT_VERB: -1},
+    "no_tests_yet": {V.QUICK_TEST: 3, "python -m pytest -q": 1, V.LOOK_VERB: 4},
     "no_source": {"cat ": 2.5, "nl -ba ": 2.5, V.LOOK_VERB: 3},
-    "can_edit": {"sed -i '": 6},
+    "can_edit": {V.EDIT_VERB: 6},
     "all_passed": {"<submit>": 12},
-    "edited_since_test": {"python -m pytest -q --tb=no": 5},
+    "edited_since_test": {V.QUICK_TEST: 5},
     "failing_but_unmapped": {"cat ": 2, "nl -ba ": 2},
-    "source_but_no_tests": {"python -m pytest -q --tb=no": 4},
+    "source_but_no_tests": {V.QUICK_TEST: 4},
+    "no_files_known": {V.LOOK_VERB: 4},
+    # Give up after a few tries: every turn costs a test run and its output's tokens.
+    "turn_5": {"<submit>": 7}, "turn_6": {"<submit>": 10}, "turn_7": {"<submit>": 16},
 }
 SLOT_PRIOR: dict[str, dict[str, float]] = {
-    "file": {"calc.py": 3},
     "flag": {"flag:/": 4, "flag:/2": 0.5, "flag:/g": -1},
-    "suffix": {" && python -m pytest -q --tb=no": 4},
+    "suffix": {V.EDIT_SUFFIXES[0]: 4, V.EDIT_SUFFIXES[1]: -1},
 }
 LINE_PRIOR: dict[str, float] = {
     "in_failing_fn": 3, "in_passing_fn": -3, "outside_fn": -5, "is_def": -5, "is_return": 0.5,
@@ -43,9 +45,10 @@ LINE_PRIOR: dict[str, float] = {
 }
 OLD_KIND_PRIOR: dict[str, float] = {
     "compare": 2.0, "arith": 2.0, "assign": 1.0, "logic": 0.5, "int": 1.2, "float": 0.5, "const": 0.3,
-    "builtin": 1.2, "name": -4.0, "offset": 1.0, "expr": 1.0, "paren": 1.5, "index": 0.5, "range": 0.5,
-    "eol": 0.3,
+    "str": 0.5, "builtin": 1.2, "offset": 1.0, "index": 0.5, "call": 0.8, "pair": 0.3, "wrap": 0.0,
+    "swap": 0.0, "eol": 0.3,
 }
+PATH_PRIOR: dict[str, float] = {"source": 2, "test": -4, "seen": 0.5, "has_failing_fn": 3, "focus": 1}
 OLD_PRIOR: dict[str, float] = {"revertible": 6, "repeated_on_line": -0.3, "no_valid_new": -8}
 NEW_PRIOR: dict[str, float] = {"reverts": 6, "known_bad": -8, "same_kind": 1, "compatible_kind": 0,
                                "incompatible_kind": -6,
@@ -63,18 +66,11 @@ COMMON_PAIRS: tuple[tuple[str, str], ...] = (
     (" and ", " or "), (" in ", " not in "), (" is ", " is not "),
     ("0", "1"), ("1", "2"), ("2", "3"), ("0", "-1"), ("1", "-1"), ("10", "100"), ("0.5", "2"),
     ("0", "0.0"), ("1", "1.0"), ("True", "False"), ("min", "max"), ("sum", "max"), ("sum", "min"),
-    ("sum", "len"), ("int", "round"), ("lo", "hi"), ("x", "y"), ("i", "j"),
+    ("sum", "len"), ("int", "round"), ("any", "all"), ("lower", "upper"), ("startswith", "endswith"),
+    ("append", "extend"), ("''", "' '"), ("'-'", "'_'"), ("','", "' '"),
     (" + 1", " - 1"), (" + 1", " + 2"), (" * 2", " / 2"), (" / 2", " // 2"), ("", " + 1"), ("", " - 1"),
-    ("n - 1", "n + 1"), ("i - 1", "i + 1"), ("mid - 1", "mid + 1"), ("len(xs) - 1", "len(xs) + 1"),
-    ("len(s) - 1", "len(s) + 1"), ("n - 1", "n"), ("n + 1", "n"), ("i - 1", "i"), ("i + 1", "i"),
-    ("mid - 1", "mid"), ("mid + 1", "mid"), ("len(xs) - 1", "len(xs)"), ("len(xs) + 1", "len(xs)"),
-    ("len(s) - 1", "len(s)"), ("len(s) + 1", "len(s)"), ("(n - 1)", "n"), ("(n + 1)", "n"),
-    ("(len(xs) - 1)", "len(xs)"), ("(len(xs) + 1)", "len(xs)"), ("(len(s) - 1)", "len(s)"),
-    ("(len(s) + 1)", "len(s)"), ("(n - 1)", "(n + 1)"), ("(len(xs) - 1)", "(len(xs) + 1)"),
-    ("(len(s) - 1)", "(len(s) + 1)"), ("[0]", "[-1]"), ("[1]", "[0]"), ("[-1]", "[-2]"), ("[1:]", "[:-1]"),
-    ("[i]", "[i - 1]"), ("[i]", "[i + 1]"), ("[i - 1]", "[i + 1]"), ("[mid]", "[mid - 1]"),
-    ("[mid]", "[mid + 1]"), ("[mid - 1]", "[mid + 1]"), ("range(n)", "range(n + 1)"),
-    ("range(n)", "range(1, n)"), ("range(len(xs))", "range(1, len(xs))"),
+    ("[0]", "[-1]"), ("[1]", "[0]"), ("[-1]", "[-2]"), ("[1:]", "[:-1]"),
+    (V.CALL, "(& - 1)"), (V.CALL, "(& + 1)"), (V.PAIR, "(\\2, \\1)"),
 )
 
 
@@ -117,6 +113,7 @@ def initial_params(scale: float | None = None) -> dict[str, np.ndarray]:
     _fill(out["old_w"], P.OLD_FEATURES, OLD_PRIOR)
     _fill(out["new_w"], P.NEW_FEATURES, NEW_PRIOR)
     _fill(out["flag_w"], P.FLAG_FEATURES, FLAG_PRIOR)
+    _fill(out["path_w"], P.PATH_FEATURES, PATH_PRIOR)
     for name in ("same_kind", "incompatible_kind"):
         out["new_w"][P.NEW_FEATURES.index(name)] *= scale
     out["pair_w"] = _pair_weights(scale)

@@ -1,15 +1,17 @@
 """The built-in policy's fixed vocabulary: command pieces, role markers, then 256 byte tokens.
 
 Invariant: ids never change meaning. Piece ids come first (in the order of the tables below),
-byte `b` is token `BYTE_OFFSET + b`. A completion only ever holds piece ids; everything the
+byte `b` is token `BYTE_OFFSET + b`. A completion holds piece ids, plus byte tokens only where
+it spells a file path (the files come from the task, so they are not pieces); everything the
 policy reads but did not write (system/user/tool text) is byte tokens after a role marker.
-Every piece has one fixed text, so a completion's command text is the concatenation of its
-pieces' texts.
+Every token has one fixed text, so a completion's command text is the concatenation of its
+tokens' texts, and nothing in the vocabulary names a file or a bug of any one taskset.
 
 Edit fragments come twice: as `old:` pieces (rendered as a GNU sed BRE that matches the
 fragment as a whole word/operator) and as `new:` pieces (rendered as a sed replacement).
-`FRAGMENT_REGEX[f]` is the Python regex with exactly the sed pattern's meaning, so the policy
-can replay its own edits on the source it has seen.
+`FRAGMENT_REGEX[f]` is the Python regex with exactly the sed pattern's meaning and
+`replacement_text` what sed writes, so the policy can replay its own edits on the source it
+has seen.
 """
 
 from __future__ import annotations
@@ -20,31 +22,62 @@ from dataclasses import dataclass
 SPECIALS: tuple[str, ...] = ("<|system|>", "<|user|>", "<|assistant|>", "<|tool|>", "<eoc>", "<submit>")
 
 # Verbs: the first piece of every command (besides <submit>).
+# The compact test run: only the failing tests' node ids (their messages cut off) and the counts.
+PYTEST_COMPACT = ("python -m pytest -q --tb=no -p no:cacheprovider 2>&1 "
+                  "| grep -E '^(FAILED|ERROR)|[0-9] (passed|failed|error)' | sed 's/ - .*//'")
+# The quick test run: every `test*` function of every test_*.py called in one plain Python
+# process (no pytest import: ~1/5 of pytest's CPU), printed the way the compact run prints.
+# It knows no fixtures or parametrize: the grader's full pytest run is what pays.
+QUICK_TEST = """python -c '
+import sys,glob,importlib.util as u
+sys.path.insert(0,".");f=p=0
+for t in sorted(glob.glob("**/test_*.py",recursive=True)):
+ try:
+  s=u.spec_from_file_location("t%d"%(f+p),t);m=u.module_from_spec(s);s.loader.exec_module(m)
+ except Exception:
+  print("ERROR",t);f+=1;continue
+ for n,g in list(vars(m).items()):
+  if n.startswith("test") and callable(g):
+   try:g();p+=1
+   except Exception:print("FAILED %s::%s"%(t.split("/")[-1],n));f+=1
+print("%d failed, %d passed"%(f,p))'"""
 PYTEST_VERBS: tuple[str, ...] = (
-    "python -m pytest -q --tb=no",
+    QUICK_TEST,
+    PYTEST_COMPACT,
     "python -m pytest -q",
     "python -m pytest -q -x",
 )
-LOOK_VERB = "nl -ba calc.py; python -m pytest -q --tb=no"  # read the source and the failures at once
+# Every Python source of the workspace (tests left out), numbered under a `==> path <==` header,
+# then the failing tests: the whole picture in one sandbox command.
+SOURCES_FIND = ("find . -name '*.py' ! -name 'test_*' ! -name '*_test.py' ! -name conftest.py "
+                "! -path '*/tests/*' ! -path '*/.*' -printf '%P\\n' | sort")
+NUMBERED_AWK = "awk 'FNR==1{print \"==> \" FILENAME \" <==\"} NF{print FNR\"\\t\"$0}' "
+LOOK_VERB = f"{NUMBERED_AWK}/dev/null $({SOURCES_FIND}); {QUICK_TEST}"
 FILE_VIEW_VERBS: tuple[str, ...] = ("cat ", "nl -ba ", "grep -n 'def ' ", "grep -n 'return' ")
 COUNT_VIEW_VERBS: tuple[str, ...] = ("head -n ", "tail -n ")
 RANGE_VIEW_VERB = "sed -n '"
-EDIT_VERB = "sed -i '"
+EDIT_VERB = "f="  # f=PATH; sed -i '...' "$f": the file is chosen before the lines it edits
 VERBS: tuple[str, ...] = PYTEST_VERBS + (LOOK_VERB,) + FILE_VIEW_VERBS + COUNT_VIEW_VERBS + (RANGE_VIEW_VERB, EDIT_VERB)
 
-FILES: tuple[str, ...] = ("calc.py", "test_calc.py")
+# Paths are spelled in byte tokens (any file the task names); these bytes may appear in one.
+PATH_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./-")
 MAX_LINE = 200
 LINES: tuple[str, ...] = tuple(str(i) for i in range(1, MAX_LINE + 1))
 # Fixed glue between the choices of a command.
-GLUE: tuple[str, ...] = (" ", ",", "p' ", "s/", "/")
+EDIT_OPEN = "; sed -i '"
+GLUE: tuple[str, ...] = (" ", ",", "p' ", "s/", "/", EDIT_OPEN)
 EDIT_FLAGS: tuple[str, ...] = ("/", "/2", "/g")  # first, second, every occurrence
-EDIT_SEPARATORS: tuple[str, ...] = (";", "' calc.py")
+EDIT_SEPARATORS: tuple[str, ...] = (";", "' \"$f\"")
 MAX_SUBSTITUTIONS = 6
-EDIT_SUFFIXES: tuple[str, ...] = (" && python -m pytest -q --tb=no",)
+EDIT_SUFFIXES: tuple[str, ...] = (f" && {QUICK_TEST}", f" && {PYTEST_COMPACT}")
 
-# Fragments of small numeric Python code an edit can replace, grouped by kind. The empty
-# fragment is the end of the line: as `old` it appends, as `new` it deletes.
+# A general set of Python fragments an edit can replace (nothing of any one taskset). The empty
+# fragment is the end of the line: as `old` it appends, as `new` it deletes. Two old-only
+# fragments are patterns over the source ("<call>": the first `name(args)` without nested
+# parentheses, "<pair>": a two-argument list), and the new-only templates rebuild what they
+# matched (`&` is the match: "(& - 1)" turns `len(xs)` into `(len(xs) - 1)`).
 EOL = ""
+CALL, PAIR = "<call>", "<pair>"
 FRAGMENT_KINDS: dict[str, tuple[str, ...]] = {
     "compare": (" < ", " <= ", " > ", " >= ", " == ", " != "),
     "arith": (" + ", " - ", " * ", " / ", " // ", " % ", " ** "),
@@ -53,24 +86,31 @@ FRAGMENT_KINDS: dict[str, tuple[str, ...]] = {
     "int": ("0", "1", "2", "3", "4", "5", "10", "100", "-1"),
     "float": ("0.0", "0.5", "1.0", "2.0", "1e-9"),
     "const": ("True", "False", "None"),
-    "builtin": ("min", "max", "sum", "abs", "len", "round", "int", "float", "sorted"),
-    "name": ("n", "i", "j", "x", "y", "xs", "s", "m", "k", "f", "c", "lo", "hi", "mid", "total", "count"),
+    "str": ("''", "' '", "','", "'-'", "'_'"),
+    "builtin": ("min", "max", "sum", "abs", "len", "round", "int", "float", "sorted", "any", "all",
+                "lower", "upper", "startswith", "endswith", "append", "extend"),
     "offset": (" + 1", " - 1", " + 2", " * 2", " / 2", " // 2"),
-    "expr": ("n - 1", "n + 1", "n // 2", "i - 1", "i + 1", "mid - 1", "mid + 1", "len(xs)",
-             "len(xs) - 1", "len(xs) + 1", "len(s)", "len(s) - 1", "len(s) + 1"),
-    "paren": ("(n - 1)", "(n + 1)", "(len(xs) - 1)", "(len(xs) + 1)", "(len(s) - 1)", "(len(s) + 1)"),
-    "index": ("[0]", "[-1]", "[1]", "[-2]", "[1:]", "[:-1]", "[i]", "[i - 1]", "[i + 1]",
-              "[mid]", "[mid - 1]", "[mid + 1]"),
-    "range": ("range(n)", "range(1, n)", "range(n + 1)", "range(len(xs))", "range(1, len(xs))"),
+    "index": ("[0]", "[-1]", "[1]", "[-2]", "[1:]", "[:-1]"),
+    "call": (CALL,),
+    "pair": (PAIR,),
+    "wrap": ("(& - 1)", "(& + 1)", "& - 1", "& + 1"),
+    "swap": ("(\\2, \\1)",),
     "eol": (EOL,),
 }
 FRAGMENTS: tuple[str, ...] = tuple(f for kind in FRAGMENT_KINDS.values() for f in kind)
 FRAGMENT_KIND: tuple[str, ...] = tuple(k for k, frags in FRAGMENT_KINDS.items() for _ in frags)
 KINDS: tuple[str, ...] = tuple(FRAGMENT_KINDS)
+OLD_ONLY_KINDS = frozenset({"call", "pair"})
+NEW_ONLY_KINDS = frozenset({"wrap", "swap"})
+# Patterns (GNU sed BRE, Python regex) of the old-only fragments.
+_PATTERNS: dict[str, tuple[str, str]] = {
+    CALL: (r"[A-Za-z_][A-Za-z0-9_.]*([^()]*)", r"[A-Za-z_][\w.]*\([^()]*\)"),
+    PAIR: (r"(\([^,()]*\), \([^,()]*\))", r"\(([^,()]*), ([^,()]*)\)"),
+}
 # Kinds a fragment can plausibly be replaced by (a kind is always compatible with itself).
 COMPATIBLE_KINDS: tuple[frozenset[str], ...] = (
-    frozenset({"logic", "compare"}), frozenset({"int", "float", "const"}),
-    frozenset({"name", "expr", "paren", "int"}), frozenset({"expr", "paren"}), frozenset({"offset", "eol"}),
+    frozenset({"logic", "compare"}), frozenset({"int", "float", "const"}), frozenset({"offset", "eol"}),
+    frozenset({"call", "wrap"}), frozenset({"pair", "swap"}), frozenset({"builtin"}), frozenset({"str"}),
 )
 
 
@@ -89,24 +129,51 @@ def _word_bounded(fragment: str, body: str) -> str:
     return f"{left}{body}{right}"
 
 
+def _shell_quoted(text: str) -> str:
+    """Text as it goes inside the command's single-quoted sed script."""
+    return text.replace("'", "'\\''")
+
+
 def sed_pattern(fragment: str) -> str:
     """The fragment as a GNU sed BRE (delimiter '/') matching it as a whole token."""
     if fragment == EOL:
         return "$"
+    if fragment in _PATTERNS:
+        return _PATTERNS[fragment][0]
     body = re.sub(r"([.\[\]*^$\\/])", r"\\\1", fragment)
-    return _word_bounded(fragment, body)
+    return _shell_quoted(_word_bounded(fragment, body))
 
 
 def sed_replacement(fragment: str) -> str:
-    """The fragment as a sed replacement text (delimiter '/')."""
-    return re.sub(r"([\\&/])", r"\\\1", fragment)
+    """The fragment as a sed replacement text (delimiter '/'); templates keep `&` and `\\N`."""
+    if fragment in _TEMPLATES:
+        return fragment
+    return _shell_quoted(re.sub(r"([\\&/])", r"\\\1", fragment))
 
 
 def python_regex(fragment: str) -> str:
-    """The Python regex meaning exactly what `sed_pattern(fragment)` means."""
+    """The Python regex meaning exactly what `sed_pattern(fragment)` means (a template as old
+    matches nothing)."""
     if fragment == EOL:
         return "$"
+    if fragment in _PATTERNS:
+        return _PATTERNS[fragment][1]
+    if fragment in _TEMPLATES:
+        return "(?!)"
     return _word_bounded(fragment, re.escape(fragment))
+
+
+def replacement_text(fragment: str, match: re.Match[str]) -> str:
+    """What sed writes in place of `match` for the `new:` fragment (a template naming a group
+    the pattern lacks is an error to sed, which then edits nothing: the match stays)."""
+    if fragment not in _TEMPLATES:
+        return fragment
+    if any(int(g) > (match.re.groups or 0) for g in re.findall(r"\\(\d)", fragment)):
+        return match.group(0)
+    return re.sub(r"&|\\(\d)", lambda m: match.group(int(m.group(1) or 0)), fragment)
+
+
+_TEMPLATES = frozenset(f for kind in NEW_ONLY_KINDS for f in FRAGMENT_KINDS[kind])
 
 
 @dataclass(frozen=True)
@@ -115,7 +182,7 @@ class Piece:
 
     id: int
     text: str
-    kind: str  # special | verb | file | line | glue | old | new | flag | sep | suffix
+    kind: str  # special | verb | line | glue | old | new | flag | sep | suffix
     name: str
 
 
@@ -123,7 +190,6 @@ def _build_pieces() -> tuple[Piece, ...]:
     table: list[tuple[str, str, str]] = []
     table += [("special", "" if s in ("<eoc>",) else s, s) for s in SPECIALS]
     table += [("verb", v, v) for v in VERBS]
-    table += [("file", f, f) for f in FILES]
     table += [("line", s, s) for s in LINES]
     table += [("glue", g, g) for g in GLUE]
     table += [("old", sed_pattern(f), f"old:{fragment_name(f)}") for f in FRAGMENTS]
@@ -197,3 +263,11 @@ def line_of(token_id: int) -> int:
 
 _OLD_INDEX = {t: i for i, t in enumerate(OLD_IDS)}
 _NEW_INDEX = {t: i for i, t in enumerate(NEW_IDS)}
+PATH_IDS: tuple[int, ...] = tuple(BYTE_OFFSET + ord(c) for c in sorted(PATH_CHARS))
+OLD_CHOICES: tuple[int, ...] = tuple(t for t, k in zip(OLD_IDS, FRAGMENT_KIND) if k not in NEW_ONLY_KINDS)
+NEW_CHOICES: tuple[int, ...] = tuple(t for t, k in zip(NEW_IDS, FRAGMENT_KIND) if k not in OLD_ONLY_KINDS)
+
+
+def path_text(ids: list[int] | tuple[int, ...]) -> str:
+    """The path spelled by the byte tokens of a completion ('' when none)."""
+    return bytes(t - BYTE_OFFSET for t in ids if t >= BYTE_OFFSET).decode("ascii", errors="replace")

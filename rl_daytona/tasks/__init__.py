@@ -43,7 +43,13 @@ def _calc() -> Taskset:
     return CALC_TASKSET
 
 
-BUILTIN_TASKSETS: dict[str, Callable[[], Taskset]] = {"calc": _calc}
+def _textkit() -> Taskset:
+    from rl_daytona.tasks.textkit import TEXTKIT_TASKSET
+
+    return TEXTKIT_TASKSET
+
+
+BUILTIN_TASKSETS: dict[str, Callable[[], Taskset]] = {"calc": _calc, "textkit": _textkit}
 
 
 def get_taskset(name: str) -> Taskset:

@@ -34,6 +34,8 @@ def test_a_small_run_reports_throughput_floor_and_overhead(tmp_path: Path) -> No
     figures = run_rollout_bench(RolloutBench(n=2, max_concurrent=2, rollout_actors=1, out=tmp_path,
                                              idle_seconds=1.0))
     assert figures["rollouts"] == 2 and sum(figures["statuses"].values()) == 2
+    per = figures["per_attempt"]
+    assert per["attempts"] == 2 and per["sandbox_commands"] >= 1 and per["tokens"] > 0 and per["bytes_per_datum"] > 0
     assert figures["sandbox_cpu_seconds"] > 0 and figures["wall_over_cpu_floor"] > 0
     parts = figures["overhead_latency"]
     assert set(parts) == {"ray_ms", "pool_ms", "learner_ms"}

@@ -19,9 +19,9 @@ from tests.policy.transcripts import CalcShell, Chat
 # Commands of the fixed transcripts (all grammar commands; checked by `command_ids`).
 LOOK = V.LOOK_VERB
 # variant 8 bugs: median line 11 (`% 2 == 0`) and percentile line 41 (`s[f] - (...)`)
-EDIT_NOT_FIXING_MEDIAN = r"sed -i '13s/ \/ / \/\/ /' calc.py && python -m pytest -q --tb=no"
+EDIT_NOT_FIXING_MEDIAN = "f=calc.py; sed -i '13s/ \\/ / \\/\\/ /' \"$f\"" + V.EDIT_SUFFIXES[0]
 # variant 0 bug: mean line 5; this edit leaves a syntax error
-EDIT_BREAKING_SYNTAX = r"sed -i '5s/ \/ /not /' calc.py && python -m pytest -q --tb=no"
+EDIT_BREAKING_SYNTAX = "f=calc.py; sed -i '5s/ \\/ /not /' \"$f\"" + V.EDIT_SUFFIXES[0]
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ def test_verb_context_names_what_is_known(contexts: dict[str, list[int]]) -> Non
     assert not fresh & {"can_edit", "all_passed", "broken", "last_failed"}
 
     looked = _on(F.verb_context(observe(contexts["looked"])))
-    assert {"bias", "can_edit", "turn_1", "last_other", "last_failed"} <= looked
+    assert {"bias", "can_edit", "turn_1", "last_other"} <= looked
     assert not looked & {"no_tests_yet", "no_source", "source_but_no_tests", "edited_since_test"}
 
     rejected = _on(F.verb_context(observe(contexts["edit_rejected"])))
@@ -50,16 +50,30 @@ def test_plain_slots_score_each_piece_by_its_own_weight(contexts: dict[str, list
     model = PolicyModel()
     model.params["slot_w"] = np.random.default_rng(1).normal(size=P.SHAPES["slot_w"])
     obs = observe(contexts["looked"])
-    prefix = [V.piece_id("cat ")]
+    prefix = [V.piece_id("head -n ")]
     decision = F.decide(obs, prefix, G.advance(G.START, prefix[0]))
-    assert decision.candidates == G.FILE_IDS
-    row = model.params["slot_w"][P.SLOTS.index("file")]
-    np.testing.assert_array_equal(model.logits(decision), row[list(G.FILE_IDS)])
+    assert decision.candidates == V.LINE_IDS
+    row = model.params["slot_w"][P.SLOTS.index("count")]
+    np.testing.assert_array_equal(model.logits(decision), row[list(V.LINE_IDS)])
+
+
+def test_paths_are_spelled_among_the_files_the_task_names(contexts: dict[str, list[int]]) -> None:
+    obs = observe(contexts["fresh"])
+    assert obs.files == ("test_calc.py", "calc.py") and obs.sources == ("calc.py",)
+    view = [V.piece_id("cat ")]
+    decision = F.decide(obs, view, G.advance(G.START, view[0]))
+    assert decision.candidates == (V.BYTE_OFFSET + ord("c"), V.BYTE_OFFSET + ord("t"))  # calc.py, test_calc.py
+    edit = [G.EDIT_ID]
+    decision = F.decide(obs, edit, G.advance(G.START, edit[0]))
+    assert decision.candidates == (V.BYTE_OFFSET + ord("c"),) and decision.blocks == ()  # only the source
+    spelled = [G.EDIT_ID, *V.encode_bytes("calc.py")]
+    decision = F.decide(obs, spelled, G.walk(spelled + [G.EDIT_OPEN_ID])[-1])
+    assert decision.candidates == (G.EDIT_OPEN_ID,)
 
 
 def test_forced_pieces_have_no_features(contexts: dict[str, list[int]]) -> None:
     obs = observe(contexts["looked"])
-    prefix = [G.EDIT_ID, V.LINE_IDS[10]]
+    prefix = [G.EDIT_ID, *V.encode_bytes("calc.py"), G.EDIT_OPEN_ID, V.LINE_IDS[10]]
     state = G.advance(G.walk(prefix)[-1], prefix[-1])
     decision = F.decide(obs, prefix, state)
     assert decision.candidates == (V.piece_id("s/"),) and decision.blocks == ()

@@ -13,8 +13,8 @@ from rl_daytona.policy import vocab as V
 from tests.policy.conftest import Sample
 
 _ID = V.piece_id
-_SUFFIX = " && python -m pytest -q --tb=no"
-_EDIT_TEXT = re.compile(r"^sed -i '(?P<script>.*)' calc\.py(?P<suffix>( && python -m pytest -q --tb=no)?)$")
+_SUFFIX = V.EDIT_SUFFIXES[0]
+_EDIT_TEXT = re.compile(r"^f=(?P<path>[\w./-]+); sed -i '(?P<script>.*)' \"\$f\"(?P<suffix>(" + "|".join(map(re.escape, V.EDIT_SUFFIXES)) + ")?)$")
 _SUB_TEXT = re.compile(r"^(?P<line>\d+)s/(?P<old>(?:[^\\/]|\\.)*)/(?P<new>(?:[^\\/]|\\.)*)/(?P<flag>2|g)?$")
 
 
@@ -26,10 +26,16 @@ def _random_command(rng: np.random.Generator) -> tuple[int, ...]:
         choices = G.allowed(state)
         if state.slot in ("edit_line", "count", "range_a") and rng.random() < 0.7:
             choices = choices[:60]  # mostly lines a calc.py has
+        if state.slot == "path" and rng.random() < 0.2:
+            choices = choices[-1:]  # the path's end: paths of a few bytes
         token = int(choices[rng.integers(len(choices))])
         ids.append(token)
         state = G.advance(state, token)
     return tuple(ids)
+
+
+def _edit(path: str, script: str, suffix: str = "") -> str:
+    return f"f={path}; sed -i '{script}' \"$f\"{suffix}"
 
 
 def _unescape_sed(text: str) -> str:
@@ -70,7 +76,7 @@ def _check_decoded(ids: tuple[int, ...]) -> None:
     if ids[0] == G.EDIT_ID:
         match = _EDIT_TEXT.match(text)
         assert match, text
-        assert command.then_test == bool(match["suffix"]) and command.file == "calc.py"
+        assert command.then_test == bool(match["suffix"]) and command.file == match["path"]
         parts = match["script"].split(";")
         assert len(parts) == len(command.subs) >= 1
         for part, sub in zip(parts, command.subs):
@@ -78,7 +84,7 @@ def _check_decoded(ids: tuple[int, ...]) -> None:
             assert m, part
             assert int(m["line"]) == sub.line
             assert m["old"] == V.sed_pattern(V.FRAGMENTS[sub.old])
-            assert _unescape_sed(m["new"]) == V.FRAGMENTS[sub.new]
+            assert m["new"] == V.sed_replacement(V.FRAGMENTS[sub.new])
             assert {None: 1, "2": 2, "g": 0}[m["flag"]] == sub.occurrence
             assert sub.old != sub.new
         assert command.first == command.subs[0].line and command.last == command.subs[-1].line
@@ -90,7 +96,7 @@ def _check_decoded(ids: tuple[int, ...]) -> None:
         m = re.fullmatch(r"(?:head|tail) -n (\d+) (\S+)", text)
         assert m and command.first == command.last == int(m[1]) and command.file == m[2]
     elif ids[0] in G.FILE_VIEW_IDS:
-        assert text.endswith(" " + command.file) and command.file in V.FILES and not command.subs
+        assert text.endswith(" " + command.file) and command.file and not command.subs
     else:
         assert not command.subs and not command.then_test
 
@@ -109,21 +115,22 @@ def test_decode_rejects_incomplete_completions(samples: list[Sample]) -> None:
 
 
 @pytest.mark.parametrize("command", [
-    "python -m pytest -q --tb=no",
+    V.PYTEST_COMPACT,
     "python -m pytest -q",
     "python -m pytest -q -x",
     V.LOOK_VERB,
     "nl -ba calc.py",
-    "cat test_calc.py",
-    "grep -n 'def ' calc.py",
+    "cat tests/test_calc.py",
+    "grep -n 'def ' pkg/sub/mod.py",
     "grep -n 'return' test_calc.py",
     "head -n 12 calc.py",
     "tail -n 3 test_calc.py",
     "sed -n '9,13p' calc.py",
-    "sed -n '7,7p' calc.py",
-    r"sed -i '11s/ == / != /' calc.py",
-    r"sed -i '13s/ \/ / \/\/ /2;41s/ - / + /g;5s/$/ + 1/' calc.py && python -m pytest -q --tb=no",
-    r"sed -i '5s/\blen(xs)/(len(xs) - 1)/;12s/\[mid\]/[mid - 1]/' calc.py",
+    "sed -n '7,7p' a-b.c_d.py",
+    _edit("calc.py", r"11s/ == / != /"),
+    _edit("pkg/mod.py", r"13s/ \/ / \/\/ /2;41s/ - / + /g;5s/$/ + 1/", _SUFFIX),
+    _edit("calc.py", r"5s/[A-Za-z_][A-Za-z0-9_.]*([^()]*)/(& - 1)/;12s/\[-1\]/[0]/"),
+    _edit("t.py", r"3s/(\([^,()]*\), \([^,()]*\))/(\2, \1)/;4s/'\''-'\''/'\''_'\''/"),
 ])
 def test_hand_written_commands_parse_and_render_back(command: str) -> None:
     ids = G.parse_command(command)
@@ -135,14 +142,15 @@ def test_hand_written_commands_parse_and_render_back(command: str) -> None:
     "",
     "python -m pytest",
     "cat calc.py ",
-    "cat other.py",
+    "cat other file.py",
+    "nl -ba ",
     "head -n 0 calc.py",
     "head -n 201 calc.py",
     "sed -n '13,9p' calc.py",  # range end before its start
-    r"sed -i '11s/ == / == /' calc.py",  # replacement equal to the fragment
-    r"sed -i '11s/==/!=/' calc.py",  # not a fragment pattern
-    r"sed -i '11s/ == / != /' test_calc.py",
-    "sed -i '" + ";".join(f"{n}s/ < / > /" for n in range(1, 8)) + "' calc.py",  # 7 substitutions
+    _edit("calc.py", r"11s/ == / == /"),  # replacement equal to the fragment
+    _edit("calc.py", r"11s/==/!=/"),  # not a fragment pattern
+    r"sed -i '11s/ == / != /' calc.py",  # the file must come first
+    "f=calc.py; sed -i '" + ";".join(f"{n}s/ < / > /" for n in range(1, 8)) + "' \"$f\"",  # 7 substitutions
     "rm -rf /",
 ])
 def test_text_outside_the_grammar_does_not_parse(command: str) -> None:
@@ -152,7 +160,7 @@ def test_text_outside_the_grammar_does_not_parse(command: str) -> None:
 def test_at_most_max_substitutions_then_only_close() -> None:
     sub = [V.LINE_IDS[4], _ID("s/"), V.OLD_IDS[V.FRAGMENTS.index(" / ")], _ID("/"),
            V.NEW_IDS[V.FRAGMENTS.index(" // ")], _ID("flag:/")]
-    ids = [G.EDIT_ID]
+    ids = [G.EDIT_ID, *V.encode_bytes("c.py"), G.EDIT_OPEN_ID]
     for _ in range(V.MAX_SUBSTITUTIONS - 1):
         ids += sub + [G.MORE_ID]
     ids += sub
@@ -166,13 +174,18 @@ def test_at_most_max_substitutions_then_only_close() -> None:
 
 @pytest.mark.parametrize("ids", [
     [V.LINE_IDS[0]],  # a line where a verb must come
-    [V.BYTE_OFFSET + ord("l")],  # a byte token: completions hold pieces only
+    [V.BYTE_OFFSET + ord("l")],  # a byte token where a verb must come
+    [_ID("cat "), V.BYTE_OFFSET + ord(" ")],  # a byte no path holds
+    [_ID("cat "), V.EOC],  # an empty path
     [V.EOC],
     [G.EDIT_ID, _ID("cat ")],
     [_ID("cat "), V.LINE_IDS[3]],
     [G.RANGE_VIEW_ID, V.LINE_IDS[9], _ID(","), V.LINE_IDS[3]],  # B < A
-    [G.EDIT_ID, V.LINE_IDS[4], _ID("s/"), V.OLD_IDS[3], _ID("/"), V.NEW_IDS[3]],  # new == old
-    [G.EDIT_ID, V.LINE_IDS[4], _ID("s/"), V.NEW_IDS[3]],  # a `new:` piece in the `old` slot
+    [G.EDIT_ID, *V.encode_bytes("c.py"), G.EDIT_OPEN_ID, V.LINE_IDS[4], _ID("s/"), V.OLD_IDS[3], _ID("/"),
+     V.NEW_IDS[3]],  # new == old
+    [G.EDIT_ID, *V.encode_bytes("c.py"), G.EDIT_OPEN_ID, V.LINE_IDS[4], _ID("s/"), V.NEW_IDS[3]],  # new in old
+    [G.EDIT_ID, *V.encode_bytes("c.py"), G.EDIT_OPEN_ID, V.LINE_IDS[4], _ID("s/"),
+     V.OLD_IDS[V.FRAGMENTS.index("(& - 1)")]],  # a template is never an old fragment
     [V.SUBMIT, V.EOC],  # nothing after <submit>
     [_ID("python -m pytest -q"), V.EOC, V.EOC],
 ])
@@ -183,7 +196,7 @@ def test_walk_refuses_a_piece_the_grammar_forbids(ids: list[int]) -> None:
 
 
 def test_allowed_pieces_all_advance_and_walk_reports_states() -> None:
-    ids = G.parse_command(r"sed -i '13s/ \/ / \/\/ /2;41s/ - / + /g' calc.py && python -m pytest -q --tb=no")
+    ids = G.parse_command(_edit("calc.py", r"13s/ \/ / \/\/ /2;41s/ - / + /g", _SUFFIX))
     assert ids is not None
     states = G.walk(ids)
     assert len(states) == len(ids) and states[0] == G.START

@@ -33,7 +33,7 @@ def test_the_prior_starts_by_testing_or_reading_and_submits_once_everything_pass
 
     shell = CalcShell(tmp_path, 0)  # variant 0: mean divides by len(xs) - 1
     chat.run(V.LOOK_VERB, shell)
-    chat.run(r"sed -i '5s/(len(xs) - 1)/len(xs)/' calc.py && python -m pytest -q --tb=no", shell)
+    chat.run("f=calc.py; sed -i '5s/ - 1\\b//' \"$f\"" + V.EDIT_SUFFIXES[0], shell)
     assert "16 passed" in chat.messages[-1]["content"]
     done, _ = model.sample(chat.prompt_ids(), np.random.default_rng(0), temperature=0.0)
     assert done == [V.SUBMIT]
