@@ -21,7 +21,7 @@ from typing import Sequence
 from rl_daytona.policy import grammar as G
 from rl_daytona.policy import params as P
 from rl_daytona.policy import vocab as V
-from rl_daytona.policy.features import Decision, sparse_block
+from rl_daytona.policy.decision import Decision, sparse_block
 from rl_daytona.policy.observe import Function, Observation, apply_substitution
 
 SLOTS = ("edit_line", "old", "new", "flag", "sep")

@@ -15,49 +15,18 @@ that transfer between variants sharing a bug.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
+from rl_daytona.policy import edit_features, path_features
 from rl_daytona.policy import grammar as G
 from rl_daytona.policy import params as P
 from rl_daytona.policy import vocab as V
+from rl_daytona.policy.decision import Block, Decision, context_block, sparse_block
 from rl_daytona.policy.observe import Observation
 
-
-@dataclass(frozen=True)
-class Block:
-    """Logit terms `params[param].flat[index[j]] * value[j]` summed over row j of candidate j."""
-
-    param: str
-    index: np.ndarray  # (n_candidates, m) int64 flat indices into params[param]
-    value: np.ndarray  # (n_candidates, m) float64; padding has value 0
-
-
-@dataclass(frozen=True)
-class Decision:
-    candidates: tuple[int, ...]
-    blocks: tuple[Block, ...] = ()
-
-
-def sparse_block(param: str, rows: Sequence[Sequence[tuple[int, float]]]) -> Block:
-    """A block from per-candidate lists of (flat index, value), zero-padded."""
-    width = max((len(r) for r in rows), default=0) or 1
-    index = np.zeros((len(rows), width), dtype=np.int64)
-    value = np.zeros((len(rows), width), dtype=np.float64)
-    for j, row in enumerate(rows):
-        for k, (i, v) in enumerate(row):
-            index[j, k], value[j, k] = i, v
-    return Block(param, index, value)
-
-
-def context_block(param: str, context: np.ndarray, n_columns: int, columns: Sequence[int]) -> Block:
-    """Logits `context @ W[:, column]` for a (len(context), n_columns) weight matrix W."""
-    active = np.flatnonzero(context)
-    index = active[None, :] * n_columns + np.asarray(columns, dtype=np.int64)[:, None]
-    value = np.broadcast_to(context[active][None, :], index.shape).astype(np.float64)
-    return Block(param, index, value)
+__all__ = ["Block", "Decision", "context_block", "decide", "sparse_block", "verb_context"]
 
 
 def verb_context(obs: Observation) -> np.ndarray:
@@ -93,8 +62,6 @@ def _verb_class(verb: int) -> str:
 
 def decide(obs: Observation, prefix: Sequence[int], state: G.GrammarState) -> Decision:
     """The candidates and feature blocks for the piece after `prefix` in `state`."""
-    from rl_daytona.policy import edit_features, path_features
-
     allowed = G.allowed(state)
     if state.slot == "verb":
         block = context_block("verb_w", verb_context(obs), P.N_VERBS, range(P.N_VERBS))

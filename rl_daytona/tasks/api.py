@@ -28,24 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncGenerator, Callable, Mapping
 
 from rl_daytona.backends.base import WORKSPACE, Backend, ExecResult, SandboxHandle
+from rl_daytona.tasks.grader import grade_pytest as _grade_pytest
+from rl_daytona.tasks.verdict import GradeResult, TaskError
 
 TaskFn = Callable[..., AsyncGenerator[Any, Any]]
-
-
-class TaskError(ValueError):
-    """A task, taskset, split or variant that does not exist or is malformed."""
-
-
-@dataclass(frozen=True)
-class GradeResult:
-    """The grader's verdict. `reward` is 1.0 only when every expected test passed."""
-
-    reward: float
-    passed: int
-    expected: int
-    failed: int = 0
-    timed_out: bool = False
-    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -259,9 +245,7 @@ class TaskEnv:
         timeout: float = 60.0,
     ) -> GradeResult:
         """Run pristine `tests` against the agent's `sources` in a fresh grading folder."""
-        from rl_daytona.tasks.grader import grade_pytest
-
-        return await grade_pytest(
+        return await _grade_pytest(
             self.backend, self.sandbox, sources=sources, tests=tests,
             expected_passed=expected_passed, timeout=timeout,
         )

@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from rl_daytona.backends.base import WORKSPACE, Backend, SandboxHandle
-from rl_daytona.tasks.api import GradeResult, TaskError
+from rl_daytona.tasks.verdict import GradeResult, TaskError
 
 BOOTSTRAP_COMMAND = "exec python -I -B -"
 EXEC_SLACK_SECONDS = 15.0
