@@ -95,15 +95,20 @@ def api_key_for(target: TinkerTarget, is_sim: bool) -> str:
 
 def check_target(target: TinkerTarget, announce: bool = True) -> str:
     """Check what can be checked before the run starts; the API key to use (URL None: the
-    local service's). One ValueError line when the run cannot train there. `announce` prints
-    which renderer was picked and why."""
+    local service's). One ValueError line when the run cannot train there; once every check
+    passed, `announce` prints which renderer a model other than the built-in one gets, and why."""
+    _chosen, why = resolve_renderer(target.renderer, target.base_model)
+    key = _check(target)
+    if announce and target.base_model != BUILTIN:
+        print(f"rl-daytona: {why}", file=sys.stderr, flush=True)
+    return key
+
+
+def _check(target: TinkerTarget) -> str:
     if target.lora_rank < 1:
         raise ValueError(f"--lora-rank must be at least 1, got {target.lora_rank}")
     hosted_by_default = target.url is None and target.base_model != BUILTIN
     target = with_default_url(target)
-    _chosen, why = resolve_renderer(target.renderer, target.base_model)
-    if announce:
-        print(f"rl-daytona: {why}", file=sys.stderr, flush=True)
     if hosted_by_default:
         api_key_for(target, is_sim=False)  # hosted Tinker needs the key: say so before dialling it
     if target.url is None:

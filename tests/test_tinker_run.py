@@ -65,15 +65,23 @@ def test_renderers_are_looked_up_in_one_place() -> None:
         resolve_renderer("chatml", "builtin")
 
 
-def test_a_qwen_run_says_its_renderer_then_needs_the_hosted_key(monkeypatch: pytest.MonkeyPatch,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_qwen_run_needs_the_hosted_key_before_anything_is_dialled(monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("TINKER_API_KEY", raising=False)
     monkeypatch.setenv("TINKER_BASE_URL", "http://127.0.0.1:9/hosted")  # never dialled: the key is checked first
     with pytest.raises(ValueError) as failed:
         check_target(TinkerTarget(base_model="Qwen/Qwen3-4B-Instruct-2507"))
     assert str(failed.value) == ("TINKER_API_KEY is not set: the Tinker service at http://127.0.0.1:9/hosted needs "
                                  "it (export TINKER_API_KEY=tml-...)")
-    assert "renderer qwen3_instruct for Qwen/Qwen3-4B-Instruct-2507" in capsys.readouterr().err
+    assert capsys.readouterr().err == ""  # the failure is the one line
+
+
+def test_a_qwen_run_on_a_service_that_offers_it_says_which_renderer_it_picked(
+        hosted: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("TINKER_API_KEY", "tml-good")
+    assert check_target(TinkerTarget(url=hosted, base_model="Qwen/Qwen3-8B")) == "tml-good"
+    assert capsys.readouterr().err == ("rl-daytona: renderer qwen3 for Qwen/Qwen3-8B (auto: a Qwen3 hybrid model, "
+                                       "thinking on as its template defaults)\n")
 
 
 def test_a_train_for_qwen_without_a_key_stops_in_one_line_and_creates_nothing(
@@ -86,8 +94,8 @@ def test_a_train_for_qwen_without_a_key_stops_in_one_line_and_creates_nothing(
         main(["train", "--trainer", "tinker", "--base-model", "Qwen/Qwen3-4B-Instruct-2507", "--renderer", "auto",
               "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err
-    assert done.value.code == 2 and "renderer qwen3_instruct" in err
-    assert err.strip().splitlines()[-1].startswith("rl-daytona train: error: TINKER_API_KEY is not set")
+    assert done.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith("rl-daytona train: error: TINKER_API_KEY is not set")
     assert not (tmp_path / "run").exists()
 
 

@@ -9,6 +9,7 @@ grammar only knows calc.py, so on `wordcount` every attempt fails and no step co
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections import defaultdict
@@ -152,14 +153,17 @@ def test_off_policy_overlaps_next_rollouts_with_training_and_bounds_staleness(tm
     (["--taskset", "nowhere.module:X"], "nowhere"),
     (["--resume", "/nonexistent/run"], "no metrics.jsonl there"),
     (["--tinker-url", "http://127.0.0.1:9"], "cannot reach the Tinker service at http://127.0.0.1:9"),
-    (["--base-model", "Qwen/Qwen3-8B"], "serves only its built-in model 'builtin'"),
-    (["--renderer", "chatml"], "unknown --renderer 'chatml'"),
+    (["--base-model", "Qwen/Qwen3-8B"], "TINKER_API_KEY is not set: the Tinker service at http://127.0.0.1:9/hosted"),
+    (["--renderer", "chatml"], "unknown renderer 'chatml'; choose one of: auto, builtin, qwen3"),
     (["--lora-rank", "0"], "--lora-rank: must be at least 1"),
 ])
 def test_train_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"}
+    env["TINKER_BASE_URL"] = "http://127.0.0.1:9/hosted"  # hosted Tinker stand-in: never dialled without a key
     proc = subprocess.run([sys.executable, "-m", "rl_daytona.cli", "train", "--out", str(tmp_path / "o"), *args],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 2, proc.stderr
+    assert not (tmp_path / "o").exists(), "refused before a run folder is made"
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
