@@ -89,14 +89,14 @@ async def serve(service: PolicyService, host: str, port: int, stop_on_stdin_eof:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     if stop_on_stdin_eof:
-        loop.run_in_executor(None, _wait_stdin_eof, loop, stop)
+        loop.run_in_executor(None, wait_stdin_eof, loop, stop)
     try:
         await stop.wait()
     finally:
         await runner.cleanup()
 
 
-def _wait_stdin_eof(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+def wait_stdin_eof(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
     """Block until the parent closes our stdin (or dies), then stop the server."""
     while sys.stdin.buffer.read(1 << 16):
         pass

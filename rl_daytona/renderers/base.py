@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
-from rl_daytona.policy.chat import ChatFormatError
+from rl_daytona.policy.chat import ChatFormatError, message_text
 from rl_daytona.policy.protocol import Choice
 from rl_daytona.agent import BASH_TOOL  # noqa: F401 - the one tool, re-exported for renderers
 
@@ -69,14 +69,10 @@ class RendererError(ChatFormatError):
 
 def content_text(message: Mapping[str, Any]) -> str:
     """A message's text: a string, None, or a list of text parts."""
-    content = message.get("content")
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
-    raise RendererError(f"message content must be a string or a list of parts, got {type(content).__name__}")
+    try:
+        return message_text(message.get("content"))
+    except ChatFormatError as exc:
+        raise RendererError(str(exc)) from None
 
 
 def tool_calls_of(message: Mapping[str, Any]) -> list[tuple[str, Any]]:

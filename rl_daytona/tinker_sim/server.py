@@ -19,7 +19,6 @@ import asyncio
 import json
 import logging
 import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from typing import IO, Any
 
 from aiohttp import web
 
+from rl_daytona.policy.server import wait_stdin_eof
 from rl_daytona.policy.training import TrainingError
 from rl_daytona.tinker_sim import routes as R
 from rl_daytona.tinker_sim import sampling as S
@@ -183,19 +183,13 @@ async def serve(config: SimConfig, host: str, port: int, on_ready: Any, stop_on_
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     if stop_on_stdin_eof:
-        loop.run_in_executor(None, _wait_stdin_eof, loop, stop)
+        loop.run_in_executor(None, wait_stdin_eof, loop, stop)
     try:
         await stop.wait()
     finally:
         await runner.cleanup()
         if log_file is not None:
             log_file.close()
-
-
-def _wait_stdin_eof(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
-    while sys.stdin.buffer.read(1 << 16):
-        pass
-    loop.call_soon_threadsafe(stop.set)
 
 
 def main(argv: list[str] | None = None) -> None:
