@@ -64,12 +64,14 @@ def test_a_bad_module_is_one_line_naming_file_line_and_cause(
 @pytest.mark.parametrize("case", ["misspelt_keyword", "duplicate_ids"])
 def test_eval_refuses_a_bad_module_before_ray_or_a_sandbox(
         case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import ray
+    from rl_daytona import runtime
 
+    joined: list[bool] = []
+    monkeypatch.setattr(runtime, "ensure_ray", lambda: joined.append(True))  # Ray may already run in this session
     path, spec = _write(tmp_path, monkeypatch, case)
     code, err = _run(["eval", "--taskset", spec, "--out", str(tmp_path / "run")], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and f"{path}:{CASES[case][2]}: " in err, err
-    assert not ray.is_initialized() and not (tmp_path / "run").exists()
+    assert joined == [] and not (tmp_path / "run").exists()
 
 
 def test_a_missing_module_names_the_spec(capsys: pytest.CaptureFixture[str]) -> None:
