@@ -84,16 +84,21 @@ async def serve(service: PolicyService, host: str, port: int, stop_on_stdin_eof:
     await site.start()
     bound = runner.addresses[0][1]
     print(f"LISTENING http://{host}:{bound}/v1", flush=True)
+    try:
+        await until_stopped(stop_on_stdin_eof)
+    finally:
+        await runner.cleanup()
+
+
+async def until_stopped(stop_on_stdin_eof: bool) -> None:
+    """Return on SIGTERM or SIGINT, or (with `stop_on_stdin_eof`) once the parent closes stdin."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     if stop_on_stdin_eof:
         loop.run_in_executor(None, wait_stdin_eof, loop, stop)
-    try:
-        await stop.wait()
-    finally:
-        await runner.cleanup()
+    await stop.wait()
 
 
 def wait_stdin_eof(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:

@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import json
 import logging
-import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from typing import IO, Any
 
 from aiohttp import web
 
-from rl_daytona.policy.server import wait_stdin_eof
+from rl_daytona.policy.server import until_stopped
 from rl_daytona.policy.training import TrainingError
 from rl_daytona.tinker_sim import routes as R
 from rl_daytona.tinker_sim import sampling as S
@@ -179,13 +178,8 @@ async def serve(config: SimConfig, host: str, port: int, on_ready: Any, stop_on_
     await runner.setup()
     await web.TCPSite(runner, host, port, backlog=1024).start()
     on_ready(f"http://{host}:{runner.addresses[0][1]}")
-    stop, loop = asyncio.Event(), asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    if stop_on_stdin_eof:
-        loop.run_in_executor(None, wait_stdin_eof, loop, stop)
     try:
-        await stop.wait()
+        await until_stopped(stop_on_stdin_eof)
     finally:
         await runner.cleanup()
         if log_file is not None:

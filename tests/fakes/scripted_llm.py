@@ -13,13 +13,13 @@ ids name the script (`call_s<k>_t<turn>`), which is how a later turn finds its c
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from tests.fakes.threaded_chat import ThreadedChatServer
 
 
 @dataclass
@@ -48,25 +48,14 @@ def _choice(reply: Reply, index: int, call_id: str | None = None) -> dict[str, A
             "token_ids": ids}
 
 
-class ScriptedLLM:
+class ScriptedLLM(ThreadedChatServer):
     """Serves `replies` in order on a background thread; `url` is the /v1 base URL."""
 
     def __init__(self, replies: list[Reply]) -> None:
         self.replies, self.requests = list(replies), []  # type: ignore[var-annotated]
         self.models = ("builtin", "scripted")  # GET /v1/models (the CLI's default --model is "builtin")
         self._prompt: list[int] = []
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self.url = ""
-
-    def __enter__(self) -> "ScriptedLLM":
-        self._thread.start()
-        self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
+        super().__init__()
 
     async def _complete(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -83,27 +72,6 @@ class ScriptedLLM:
         return web.json_response({"id": f"cmpl-{index}", "object": "chat.completion", "created": 0,
                                   "model": body.get("model", "scripted"), "choices": [choice],
                                   "prompt_token_ids": prompt, "system_fingerprint": "scripted-v3"})
-
-    async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": m, "object": "model"} for m in self.models]})
-
-    def _serve(self) -> None:
-        asyncio.run(self._main())
-
-    async def _main(self) -> None:
-        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        app = web.Application(client_max_size=256 * 1024 * 1024)  # histories echoing huge replies
-        app.router.add_post("/v1/chat/completions", self._complete)
-        app.router.add_get("/v1/models", self._models)  # what the CLI's endpoint preflight asks first
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}/v1"
-        self._ready.set()
-        await self._stop.wait()
-        await runner.cleanup()
 
 
 class ScriptedAgents(ScriptedLLM):

@@ -10,37 +10,21 @@ asked with `return_token_ids`, returns `prompt_token_ids`, `choices[0].token_ids
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 from typing import Any
 
 from aiohttp import web
 
 from rl_daytona.policy.protocol import completion_response, parse_request
+from tests.fakes.threaded_chat import ThreadedChatServer
 
 
-class VLLMLike:
+class VLLMLike(ThreadedChatServer):
     def __init__(self, renderer: Any, replies: list[dict[str, Any]], models: tuple[str, ...] = ("m",),
                  token_ids: bool = True) -> None:
         self.renderer, self.replies, self.models, self.token_ids = renderer, replies, models, token_ids
         self.served: list[tuple[list[int], list[int], list[float]]] = []
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
-        self.url = ""
-
-    def __enter__(self) -> "VLLMLike":
-        self._thread.start()
-        self._ready.wait(10)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(10)
-
-    async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": m, "object": "model", "owned_by": "vllm"}
-                                                            for m in self.models]})
+        super().__init__()
 
     async def _complete(self, request: web.Request) -> web.Response:
         raw = await request.read()
@@ -57,17 +41,3 @@ class VLLMLike:
                 choice.pop("token_ids", None)
                 choice["logprobs"] = None
         return web.Response(text=json.dumps(body), content_type="application/json")
-
-    async def _main(self) -> None:
-        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        app = web.Application()
-        app.router.add_get("/v1/models", self._models)
-        app.router.add_post("/v1/chat/completions", self._complete)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/v1"  # type: ignore[union-attr]
-        self._ready.set()
-        await self._stop.wait()
-        await runner.cleanup()
