@@ -176,7 +176,7 @@ def _policy_name(cfg: EvalConfig) -> str:
 def run_eval(cfg: EvalConfig, console: Console | None = None) -> dict[str, Any]:
     """Run an eval end to end; writes summary.json and rollouts.jsonl under cfg.out."""
     from rl_daytona import runtime
-    from rl_daytona.policy.launch import start_builtin_server
+    from rl_daytona.serving.launch import start_builtin_server
 
     console = console or Console()
     get_taskset(cfg.taskset).split(cfg.split)  # fail fast on a bad taskset or split

@@ -58,9 +58,9 @@ def decoder_for(rundir: Path, tokenizer: str | None) -> Decoder | None:
     summary = rundir / "summary.json"
     policy = json.loads(summary.read_text()).get("policy") if summary.is_file() else "builtin"
     if policy == "builtin":
-        from rl_daytona.renderers.builtin import BuiltinChatRenderer
+        from rl_daytona.renderers.registry import pick_renderer
 
-        return BuiltinChatRenderer().decode
+        return pick_renderer("builtin", "builtin")[0].decode
     return None
 
 

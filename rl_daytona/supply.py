@@ -85,7 +85,7 @@ def _trusting_sim_storage() -> Any:
     bundle = os.environ.get("DAYTONA_SIM_CA_BUNDLE")
     if not bundle:
         return contextlib.nullcontext()
-    from rl_daytona.daytona_sim.tls import trust_in_this_process
+    from rl_daytona.backends.ca_trust import trust_in_this_process
 
     return trust_in_this_process(Path(bundle))
 

@@ -28,6 +28,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 BUILTIN = "builtin"
+# The local Tinker-compatible service's key (tinker-sim takes it from here): the SDK wants a
+# `tml-` key, and a user's TINKER_API_KEY never goes to a local service.
+SIM_API_KEY = "tml-tinker-sim-local"
+SIM_MODULE = "rl_daytona.tinker_sim.server"  # started by module name, as a separate service
 
 
 @dataclass(frozen=True)
@@ -82,8 +86,6 @@ def _get(url: str, key: str | None = None, timeout: float = 10.0) -> dict[str, A
 def api_key_for(target: TinkerTarget, is_sim: bool) -> str:
     """The local service started for the run: its own key (a user's Tinker key never goes to it).
     A URL: TINKER_API_KEY; for a tinker-sim at that URL, its own key when TINKER_API_KEY is unset."""
-    from rl_daytona.tinker_sim.server import SIM_API_KEY
-
     if target.url is None:
         return SIM_API_KEY
     key = os.environ.get("TINKER_API_KEY") or ""
@@ -147,15 +149,15 @@ class Trainer:
     def _open(self, target: TinkerTarget, model_path: str | None) -> None:
         import tinker
 
-        from rl_daytona.policy.tinker_sampler import SamplerServer, TinkerSamplingService
+        from rl_daytona.serving.sampler import SamplerServer, TinkerSamplingService
 
         target = self.target = with_default_url(target)
         self.key = check_target(target, announce=False)
         self.base_url = target.url
         if target.url is None:
-            from rl_daytona.policy.launch import spawn_server
+            from rl_daytona.serving.launch import spawn_server
 
-            sim = spawn_server(["-m", "rl_daytona.tinker_sim.server", "--port", "0",
+            sim = spawn_server(["-m", SIM_MODULE, "--port", "0",
                                 "--state-dir", str(local_state_dir())],
                                None, 60.0, "the local Tinker-compatible service")
             self._closers.append(sim.close)

@@ -97,7 +97,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=4, help="rounds of each (interleaved)")
     args = parser.parse_args()
-    from rl_daytona.policy.launch import start_builtin_server
+    from rl_daytona.serving.launch import start_builtin_server
     from rl_daytona.tinker_run import TinkerTarget, open_trainer
 
     with start_builtin_server(seed=0) as old, open_trainer(TinkerTarget()) as new:

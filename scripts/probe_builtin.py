@@ -204,7 +204,7 @@ async def probe(args: argparse.Namespace, variants: tuple[int, ...]) -> None:
     jobs = [(v, a) for v in variants for a in range(args.group)]
     server = None
     if args.server:
-        from rl_daytona.policy.launch import start_builtin_server
+        from rl_daytona.serving.launch import start_builtin_server
 
         server = start_builtin_server()
     model = PolicyModel(initial_params(args.scale))

@@ -77,7 +77,7 @@ def run_rollout_bench(cfg: RolloutBench) -> dict[str, Any]:
     """Run the benchmark; returns its figures (see the module docstring)."""
     from rl_daytona import runtime
     from rl_daytona.eval import sigterm_interrupts
-    from rl_daytona.policy.launch import start_builtin_server
+    from rl_daytona.serving.launch import start_builtin_server
 
     cfg.out.mkdir(parents=True, exist_ok=True)
     runtime.ensure_ray()

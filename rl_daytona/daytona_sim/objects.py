@@ -16,7 +16,7 @@ Signatures are NOT verified: a request only has to name the sim's access key in 
 
 HTTPS only, because obstore refuses plain HTTP and the SDK gives no way to allow it: the
 certificate comes from `tls.py`, and a client process must trust `ca_bundle` with
-`tls.trust_in_this_process` while it builds snapshots.
+`backends.ca_trust.trust_in_this_process` while it builds snapshots.
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ class ObjectStore:
 
     @property
     def ca_bundle(self) -> Path:
-        """The CA bundle a client must trust (`tls.trust_in_this_process`); written by `start`."""
+        """The CA bundle a client must trust (`backends.ca_trust.trust_in_this_process`); written by `start`."""
         return self.folder / BUNDLE
 
     def has(self, key: str) -> bool:

@@ -8,7 +8,7 @@ one on its own event loop in a background thread for synchronous callers (Ray dr
 State changes are pushed over socket.io (`events.py`), as Daytona does; the SDK also polls.
 A Dockerfile's COPY sources go, as in Daytona, to S3-compatible object storage (`objects.py`,
 HTTPS on a port of its own, `sim.objects.url`); push-access hands out its URL and credentials,
-and a client process must trust its CA (`tls.trust_in_this_process(sim.objects.ca_bundle)`)
+and a client process must trust its CA (`backends.ca_trust.trust_in_this_process(sim.objects.ca_bundle)`)
 to upload. Not served: creates from an image (build a snapshot first).
 Faults can be changed while serving (`set_faults`), e.g. to fail creates only for a while.
 """

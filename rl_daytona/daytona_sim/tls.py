@@ -5,10 +5,7 @@ Invariant: `make_server_tls(folder, host)` writes a fresh CA and a server certif
 followed by the system's roots, so trusting the bundle distrusts nothing), and returns an
 SSLContext serving the certificate; it writes nothing outside `folder`.
 
-`trust_in_this_process(bundle)` makes this process's native TLS clients trust the bundle until
-its block ends. Exporting SSL_CERT_FILE is not enough for the daytona SDK: it builds its S3
-client (obstore) inside `isolated_env()`, which empties `os.environ`, so only a variable set
-beneath `os.environ` (`os.putenv`) reaches obstore's certificate loader.
+A client trusts the bundle with `rl_daytona.backends.ca_trust.trust_in_this_process(bundle)`.
 """
 
 from __future__ import annotations
@@ -17,19 +14,18 @@ import datetime as dt
 import ipaddress
 import os
 import ssl
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["BUNDLE", "make_server_tls", "trust_in_this_process"]
+from rl_daytona.backends.ca_trust import CERT_ENV
+
+__all__ = ["BUNDLE", "make_server_tls"]
 
 BUNDLE = "ca-bundle.pem"
-CERT_ENV = "SSL_CERT_FILE"
 _VALID = dt.timedelta(days=30)
 
 
@@ -90,23 +86,3 @@ def make_server_tls(folder: Path, host: str) -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(folder / "server.pem", key_path)
     return context
-
-
-@contextmanager
-def trust_in_this_process(bundle: Path) -> Iterator[None]:
-    """Native TLS clients built inside the block (obstore, OpenSSL) trust `bundle`.
-
-    Sets SSL_CERT_FILE beneath `os.environ` (which no longer lists it while the block runs) and
-    restores the previous value afterwards. The bundle includes the system roots.
-    """
-    if not Path(bundle).is_file():
-        raise FileNotFoundError(f"no CA bundle at {bundle} (is the sim started?)")
-    previous = os.environ.pop(CERT_ENV, None)
-    os.putenv(CERT_ENV, str(bundle))
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.unsetenv(CERT_ENV)
-        else:
-            os.environ[CERT_ENV] = previous

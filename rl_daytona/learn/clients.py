@@ -103,7 +103,7 @@ class TinkerTrainingClient:
     `.result()`), normally made by `TinkerTrainingClient.connect(base_url, api_key, base_model)`.
     With `sampler_weights`, each `optim_step` also saves the new weights for sampling and returns
     their `tinker://` path, which the train loop hands to the sampling endpoint
-    (`policy.tinker_sampler`).
+    (`serving.sampler`).
     """
 
     def __init__(self, training_client: Any, sampler_weights: bool = True) -> None:

@@ -16,13 +16,10 @@ from typing import Any, Mapping, Sequence
 
 from rl_daytona.policy import grammar as G
 from rl_daytona.policy import vocab as V
+from rl_daytona.serving.openai_chat import ChatFormatError, message_text  # noqa: F401 - re-exported
 
 SUBMIT_TEXT = "Done: every test passes."
 ROLES = ("system", "user", "assistant", "tool")
-
-
-class ChatFormatError(ValueError):
-    """A message list the template cannot encode (unknown role, wrong shape)."""
 
 
 class CompletionMemo:
@@ -39,17 +36,6 @@ class CompletionMemo:
 
     def get(self, tool_call_id: str) -> tuple[int, ...] | None:
         return self._ids.get(tool_call_id)
-
-
-def message_text(content: Any) -> str:
-    """Text of a message's content: a string, None, or a list of text parts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
-    raise ChatFormatError(f"message content must be a string or a list of parts, got {type(content).__name__}")
 
 
 def command_of_tool_call(call: Mapping[str, Any]) -> str:

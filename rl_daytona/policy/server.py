@@ -29,6 +29,7 @@ from rl_daytona.policy.chat import ChatFormatError
 from rl_daytona.policy.model import PolicyModel
 from rl_daytona.policy.protocol import RequestError, completion_response, error_body, parse_request
 from rl_daytona.policy.service import PolicyService
+from rl_daytona.serving.launch import until_stopped
 
 MODEL_ID = "builtin"
 SERVICE_KEY = web.AppKey("service", PolicyService)
@@ -88,24 +89,6 @@ async def serve(service: PolicyService, host: str, port: int, stop_on_stdin_eof:
         await until_stopped(stop_on_stdin_eof)
     finally:
         await runner.cleanup()
-
-
-async def until_stopped(stop_on_stdin_eof: bool) -> None:
-    """Return on SIGTERM or SIGINT, or (with `stop_on_stdin_eof`) once the parent closes stdin."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    if stop_on_stdin_eof:
-        loop.run_in_executor(None, wait_stdin_eof, loop, stop)
-    await stop.wait()
-
-
-def wait_stdin_eof(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
-    """Block until the parent closes our stdin (or dies), then stop the server."""
-    while sys.stdin.buffer.read(1 << 16):
-        pass
-    loop.call_soon_threadsafe(stop.set)
 
 
 def main(argv: list[str] | None = None) -> None:

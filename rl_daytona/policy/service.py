@@ -9,7 +9,6 @@ of the service's seed sequence. The model is only read here; swapping `service.m
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,13 +17,7 @@ from rl_daytona.policy import vocab as V
 from rl_daytona.policy.chat import SUBMIT_TEXT, CompletionMemo, encode_prompt
 from rl_daytona.policy.model import PolicyModel, Sampled
 from rl_daytona.policy.protocol import ChatRequest, Choice
-
-
-@dataclass(frozen=True)
-class Completed:
-    prompt_ids: tuple[int, ...]
-    choices: tuple[Choice, ...]
-    version: int
+from rl_daytona.serving.openai_chat import Completed
 
 
 class PolicyService:

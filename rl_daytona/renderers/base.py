@@ -20,9 +20,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
-from rl_daytona.policy.chat import ChatFormatError, message_text
-from rl_daytona.policy.protocol import Choice
 from rl_daytona.agent import BASH_TOOL  # noqa: F401 - the one tool, re-exported for renderers
+from rl_daytona.serving.openai_chat import ChatFormatError, Choice, message_text
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,9 @@
     renderer, reason = pick_renderer("auto", "Qwen/Qwen3-4B-Instruct-2507")
     # reason: "renderer qwen3_instruct for Qwen/Qwen3-4B-Instruct-2507 (auto: a Qwen3 instruct-2507 model ...)"
 
+Renderers are named here and loaded by name (`module:class`), so the registry imports none of
+them: the built-in model's renderer sits outside the core and is reached only this way.
+
 Invariant: `resolve_renderer` is pure (no tokenizer, no I/O): a known name resolves to itself,
 `auto` to the first rule matching the model name (else `hf`, the model's own template), and an
 unknown name raises ValueError in one line listing the choices. `pick_renderer` then loads the
@@ -11,8 +14,9 @@ tokenizer (`tokenizer` given, else the model name) only for renderers that need 
 
 from __future__ import annotations
 
+import importlib
 import re
-from typing import Any, Callable
+from typing import Any
 
 from rl_daytona.renderers.base import Renderer
 
@@ -55,13 +59,23 @@ def resolve_renderer(name: str, model_name: str) -> tuple[str, str]:
     return name, f"renderer {name} for {model_name} ({RENDERERS[name]})"
 
 
-def _builders() -> dict[str, Callable[[Any], Renderer]]:
-    from rl_daytona.renderers import hf_template, llama3, qwen3, qwen3_5
+_CLASSES: dict[str, str] = {  # name -> module:class; every class but builtin's takes a tokenizer
+    "builtin": "rl_daytona.renderers.builtin:BuiltinChatRenderer",
+    "qwen3": "rl_daytona.renderers.qwen3:Qwen3Renderer",
+    "qwen3_disable_thinking": "rl_daytona.renderers.qwen3:Qwen3DisableThinkingRenderer",
+    "qwen3_instruct": "rl_daytona.renderers.qwen3:Qwen3InstructRenderer",
+    "qwen3_thinking": "rl_daytona.renderers.qwen3:Qwen3ThinkingRenderer",
+    "qwen3_5": "rl_daytona.renderers.qwen3_5:Qwen3_5Renderer",
+    "qwen3_5_disable_thinking": "rl_daytona.renderers.qwen3_5:Qwen3_5DisableThinkingRenderer",
+    "llama3": "rl_daytona.renderers.llama3:Llama3Renderer",
+    "hf": "rl_daytona.renderers.hf_template:HFTemplateRenderer",
+}
 
-    return {"qwen3": qwen3.Qwen3Renderer, "qwen3_disable_thinking": qwen3.Qwen3DisableThinkingRenderer,
-            "qwen3_instruct": qwen3.Qwen3InstructRenderer, "qwen3_thinking": qwen3.Qwen3ThinkingRenderer,
-            "qwen3_5": qwen3_5.Qwen3_5Renderer, "qwen3_5_disable_thinking": qwen3_5.Qwen3_5DisableThinkingRenderer,
-            "llama3": llama3.Llama3Renderer, "hf": hf_template.HFTemplateRenderer}
+
+def renderer_class(name: str) -> Any:
+    """The class registered under `name` (a key of RENDERERS), imported on demand."""
+    module, attribute = _CLASSES[name].split(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
 def pick_renderer(name: str, model_name: str, tokenizer: Any = None) -> tuple[Renderer, str]:
@@ -71,11 +85,9 @@ def pick_renderer(name: str, model_name: str, tokenizer: Any = None) -> tuple[Re
     Raises ValueError (unknown name, a tokenizer that cannot be loaded or lacks the renderer's tokens)."""
     chosen, reason = resolve_renderer(name, model_name)
     if chosen == "builtin":
-        from rl_daytona.renderers.builtin import BuiltinChatRenderer
-
-        return BuiltinChatRenderer(), reason
+        return renderer_class(chosen)(), reason
     if tokenizer is None or isinstance(tokenizer, str):
         from rl_daytona.renderers.tokenizer import load_tokenizer
 
         tokenizer = load_tokenizer(tokenizer or model_name)
-    return _builders()[chosen](tokenizer), reason
+    return renderer_class(chosen)(tokenizer), reason

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from rl_daytona.policy.protocol import Choice
 from rl_daytona.renderers.base import BASH_TOOL, ParsedMessage, RendererError, to_choice
+from rl_daytona.serving.openai_chat import Choice
 
 
 def token_id(tokenizer: Any, text: str) -> int | None:

@@ -26,14 +26,14 @@ from typing import IO, Any
 
 from aiohttp import web
 
-from rl_daytona.policy.server import until_stopped
 from rl_daytona.policy.training import TrainingError
+from rl_daytona.serving.launch import until_stopped
+from rl_daytona.tinker_run import SIM_API_KEY  # noqa: F401 - the key the core uses for its local service
 from rl_daytona.tinker_sim import routes as R
 from rl_daytona.tinker_sim import sampling as S
 from rl_daytona.tinker_sim.faults import Faults
 from rl_daytona.tinker_sim.state import NotFound, SimState
 
-SIM_API_KEY = "tml-tinker-sim-local"  # the SDK wants a `tml-` key; the sim accepts any unless told one
 log = logging.getLogger(__name__)
 LOG_FILE = web.AppKey("log_file", object)
 API_KEY = web.AppKey("api_key", str)
@@ -187,7 +187,7 @@ async def serve(config: SimConfig, host: str, port: int, on_ready: Any, stop_on_
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The child-process form (`policy.launch` starts it for an embedded run)."""
+    """The child-process form (`serving.launch.spawn_server` starts it for an embedded run)."""
     parser = argparse.ArgumentParser(description="tinker-sim child process")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)

@@ -11,11 +11,11 @@ from typing import Callable
 import pytest
 from daytona import AsyncDaytona
 
+from rl_daytona.backends.ca_trust import trust_in_this_process
 from rl_daytona.backends.daytona_snapshot import (
     ContextUploadTLSError, SnapshotBuildError, build_inputs, copy_sources, ensure_snapshot, snapshot_name,
 )
 from rl_daytona.daytona_sim import DaytonaSim
-from rl_daytona.daytona_sim.tls import trust_in_this_process
 from tests.daytona_sim.conftest import run, sim_and_client
 
 REPO = Path(__file__).resolve().parents[2]

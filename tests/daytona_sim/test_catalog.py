@@ -12,9 +12,9 @@ from daytona import (
     SandboxClass,
 )
 
+from rl_daytona.backends.ca_trust import trust_in_this_process
 from rl_daytona.daytona_sim.objects import context_key
 from rl_daytona.daytona_sim.state import ORG_ID
-from rl_daytona.daytona_sim.tls import trust_in_this_process
 from tests.daytona_sim.conftest import run, sim_and_client
 
 

@@ -16,9 +16,9 @@ import pytest
 from daytona._async.object_storage import AsyncObjectStorage
 from obstore.store import S3Store
 
+from rl_daytona.backends.ca_trust import CERT_ENV, trust_in_this_process
 from rl_daytona.daytona_sim.objects import BUCKET, REGION, ObjectStore, context_key
 from rl_daytona.daytona_sim.state import ORG_ID
-from rl_daytona.daytona_sim.tls import CERT_ENV, trust_in_this_process
 from tests.daytona_sim.conftest import run
 
 

@@ -25,7 +25,7 @@ from rl_daytona.learn.clients import (
 from rl_daytona.learn.datum import Datum
 from rl_daytona.learn.groups import group_datums
 from rl_daytona.learn.retry import Retrier, RetryPolicy
-from rl_daytona.policy.launch import BuiltinServer, start_builtin_server
+from rl_daytona.serving.launch import ServerProcess, start_builtin_server
 from rl_daytona.tinker_sim import SIM_API_KEY, RunningSim, SimConfig, run_sim_in_thread
 from rl_daytona.tinker_sim.routes import FAULTS
 from rl_daytona.types import Trajectory
@@ -36,7 +36,7 @@ ADAM = AdamParams(learning_rate=0.05)
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[BuiltinServer]:
+def server() -> Iterator[ServerProcess]:
     handle = start_builtin_server()
     yield handle
     handle.close()
@@ -44,7 +44,7 @@ def server() -> Iterator[BuiltinServer]:
 
 
 @pytest.fixture(scope="module")
-def chat_client(server: BuiltinServer) -> Iterator[openai.OpenAI]:
+def chat_client(server: ServerProcess) -> Iterator[openai.OpenAI]:
     c = openai.OpenAI(base_url=server.url, api_key="none", max_retries=0)
     yield c
     c.close()

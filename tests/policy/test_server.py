@@ -16,13 +16,13 @@ from rl_daytona.agent import BASH_TOOL
 from rl_daytona.policy import grammar as G
 from rl_daytona.policy import vocab as V
 from rl_daytona.policy.chat import encode_prompt
-from rl_daytona.policy.launch import BuiltinServer, start_builtin_server
 from rl_daytona.policy.model import PolicyModel
+from rl_daytona.serving.launch import ServerProcess, start_builtin_server
 from tests.policy.transcripts import CalcShell, Chat
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[BuiltinServer]:
+def server() -> Iterator[ServerProcess]:
     handle = start_builtin_server()
     yield handle
     handle.close()
@@ -30,7 +30,7 @@ def server() -> Iterator[BuiltinServer]:
 
 
 @pytest.fixture(scope="module")
-def client(server: BuiltinServer) -> Iterator[openai.OpenAI]:
+def client(server: ServerProcess) -> Iterator[openai.OpenAI]:
     c = openai.OpenAI(base_url=server.url, api_key="none", max_retries=0)
     yield c
     c.close()
@@ -42,7 +42,7 @@ def _strict(raw: bytes) -> Any:
     return json.loads(raw, parse_constant=refuse)
 
 
-def _http(server: BuiltinServer, path: str, body: bytes | None = None) -> tuple[int, Any]:
+def _http(server: ServerProcess, path: str, body: bytes | None = None) -> tuple[int, Any]:
     url = (server.url if path.startswith("/chat") else server.url[: -len("/v1")]) + path
     request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
     try:
@@ -145,7 +145,7 @@ def test_a_second_turn_extends_the_first(client: openai.OpenAI, tmp_path: Path) 
     (json.dumps({"messages": [{"role": "user", "content": 5}]}).encode(), None),
     (json.dumps({"messages": [{"role": "user", "content": "x"}], "temperature": -2}).encode(), "temperature"),
 ])
-def test_bad_requests_are_400_with_an_openai_error_and_the_server_goes_on(server: BuiltinServer, body: bytes,
+def test_bad_requests_are_400_with_an_openai_error_and_the_server_goes_on(server: ServerProcess, body: bytes,
                                                                           param: str | None) -> None:
     status, error = _http(server, "/chat/completions", body)
     assert status == 400
@@ -157,7 +157,7 @@ def test_bad_requests_are_400_with_an_openai_error_and_the_server_goes_on(server
 
 
 @pytest.mark.parametrize("tool_calls", [[1], "call"])
-def test_a_malformed_tool_call_is_a_400_not_a_server_error(server: BuiltinServer, tool_calls: object) -> None:
+def test_a_malformed_tool_call_is_a_400_not_a_server_error(server: ServerProcess, tool_calls: object) -> None:
     """BUG (chat.assistant_ids): an assistant message whose `tool_calls` is not a list of
     objects (e.g. `[1]` or a string) raises AttributeError on `call.get(...)` instead of
     ChatFormatError, so the server answers 500 "internal error" (which clients retry) rather
@@ -174,7 +174,7 @@ def test_the_openai_client_sees_a_bad_request(client: openai.OpenAI) -> None:
     assert _tokens(_create(client, Chat().messages, seed=1))[1]
 
 
-def test_models_health_and_unknown_routes(server: BuiltinServer, client: openai.OpenAI) -> None:
+def test_models_health_and_unknown_routes(server: ServerProcess, client: openai.OpenAI) -> None:
     assert [m.id for m in client.models.list().data] == ["builtin"]
     status, models = _http(server, "/v1/models")
     assert status == 200 and models["object"] == "list" and models["data"][0]["object"] == "model"

@@ -12,7 +12,7 @@ import openai
 from tinker import types
 
 from rl_daytona.agent import BASH_TOOL
-from rl_daytona.policy.tinker_sampler import SamplerServer, TinkerSamplingService
+from rl_daytona.serving.sampler import SamplerServer, TinkerSamplingService
 from rl_daytona.renderers import pick_renderer
 
 

@@ -9,7 +9,7 @@ import pytest
 import tinker
 from tinker import types
 
-from rl_daytona.policy.tinker_sampler import BuiltinRenderer
+from rl_daytona.renderers.builtin import BuiltinRenderer
 from rl_daytona.tinker_sim import SIM_API_KEY, RunningSim, SimConfig, run_sim_in_thread
 
 MESSAGES = [{"role": "system", "content": "You fix bugs."},

@@ -1,6 +1,6 @@
 """A Tinker `SamplingClient` as the agents' policy, behind the same OpenAI-compatible endpoint.
 
-    with serve_sampler(TinkerSamplingService(sampling_client, BuiltinRenderer())) as server:
+    with serve_sampler(TinkerSamplingService(sampling_client, renderer)) as server:
         ...  # Settings(policy_url=server.url): the agent loop is unchanged
 
 The agent loop speaks chat completions with vLLM's token-id fields; Tinker samples token ids
@@ -23,16 +23,12 @@ import inspect
 import json
 import logging
 import threading
-import uuid
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from aiohttp import web
 
-from rl_daytona.policy import grammar as G
-from rl_daytona.policy import vocab as V
-from rl_daytona.policy.chat import SUBMIT_TEXT, ChatFormatError, CompletionMemo, encode_prompt
-from rl_daytona.policy.protocol import Choice, ChatRequest, RequestError, completion_response, error_body, parse_request
-from rl_daytona.policy.service import Completed
+from rl_daytona.serving.openai_chat import (ChatFormatError, ChatRequest, Choice, Completed, RequestError, TokenText,
+                                            completion_response, error_body, parse_request)
 
 log = logging.getLogger(__name__)
 
@@ -50,35 +46,7 @@ class Renderer(Protocol):
 
     def choice(self, tokens: Sequence[int], logprobs: Sequence[float], stop_reason: str) -> Choice: ...
 
-
-class BuiltinRenderer:
-    """The built-in model's template: `chat.encode_prompt` in, the command grammar out.
-
-    A model sampled through Tinker whose vocabulary is the built-in one (the built-in weights
-    served by a Tinker-compatible sampler) renders exactly as the built-in server does, so
-    the trajectories it produces train the same way.
-    """
-
-    stop = None  # the grammar ends a command itself; a cut-off completion is stop_reason "length"
-
-    def __init__(self) -> None:
-        self.memo = CompletionMemo()
-
-    def prompt_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
-        return encode_prompt(messages, self.memo)
-
-    def choice(self, tokens: Sequence[int], logprobs: Sequence[float], stop_reason: str) -> Choice:
-        ids, lps = tuple(int(t) for t in tokens), tuple(float(x) for x in logprobs)
-        if len(lps) != len(ids):
-            raise SamplerError(f"tinker returned {len(lps)} logprobs for {len(ids)} tokens")
-        common = dict(token_ids=ids, logprobs=lps, top=tuple(() for _ in ids))
-        if not ids or not G.is_complete(ids):
-            return Choice(**common, command=None, content=G.render(ids) if ids else "", finish_reason="length")
-        if ids[0] == V.SUBMIT:
-            return Choice(**common, command=None, content=SUBMIT_TEXT, finish_reason="stop")
-        call_id = f"call_{uuid.uuid4().hex[:24]}"
-        self.memo.remember(call_id, ids)
-        return Choice(**common, command=G.render(ids), content=None, finish_reason="tool_calls", tool_call_id=call_id)
+    # optional: `token_text(id) -> (text, bytes) | None` names the model's tokens in the logprobs
 
 
 def _one_line(exc: BaseException) -> str:
@@ -158,7 +126,8 @@ async def _chat(request: web.Request) -> web.Response:
     except Exception as exc:  # noqa: BLE001 - the endpoint must answer, not die
         log.exception("tinker chat completion failed")
         return web.json_response(error_body(f"internal error: {_one_line(exc)}", kind="server_error"), status=500)
-    return web.json_response(completion_response(chat, done.prompt_ids, done.choices, done.version))
+    token_text: TokenText | None = getattr(service.renderer, "token_text", None)
+    return web.json_response(completion_response(chat, done.prompt_ids, done.choices, done.version, token_text))
 
 
 async def _swap(request: web.Request) -> web.Response:

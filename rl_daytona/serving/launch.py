@@ -1,15 +1,24 @@
-"""Start a server child process (the built-in chat server, tinker-sim) and know its URL.
+"""Start a server child process by module name and know its URL; the child's half of that contract.
 
-Invariant: a `BuiltinServer` owns exactly one child. The child is stopped by `close()`, by
+    with spawn_server(["-m", "some.server.module", "--port", "0"], None, 30.0, "what") as child:
+        child.url                            # from the one `LISTENING <url>` line the child prints
+    # in the child: print(f"LISTENING {url}", flush=True); await until_stopped(stop_on_stdin_eof)
+
+The core starts the built-in chat server and the local Tinker-compatible service this way,
+by module name, as it would reach any other service: it imports neither.
+
+Invariant: a `ServerProcess` owns exactly one child. The child is stopped by `close()`, by
 leaving the `with` block, at interpreter exit, and (through its stdin pipe closing) even
 when this process dies without cleaning up.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import os
 import selectors
+import signal
 import subprocess
 import sys
 import tempfile
@@ -17,14 +26,15 @@ import time
 from pathlib import Path
 
 READY_PREFIX = "LISTENING "
+BUILTIN_SERVER_MODULE = "rl_daytona.policy.server"  # the built-in policy's OpenAI-compatible server
 
 
 class ServerStartError(RuntimeError):
     """The server child did not report a listening address in time."""
 
 
-class BuiltinServer:
-    """A running `python -m rl_daytona.policy.server` child; `.url` ends in `/v1`."""
+class ServerProcess:
+    """A running server child (`python -m MODULE ...`); `.url` as the child printed it."""
 
     def __init__(self, process: subprocess.Popen[bytes], url: str, log_path: Path) -> None:
         self.process = process
@@ -52,7 +62,7 @@ class BuiltinServer:
                 stream.close()
         atexit.unregister(self.close)
 
-    def __enter__(self) -> "BuiltinServer":
+    def __enter__(self) -> "ServerProcess":
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -77,11 +87,11 @@ def _read_ready_line(process: subprocess.Popen[bytes], timeout: float) -> str | 
 
 
 def start_builtin_server(state: Path | None = None, timeout: float = 30.0, seed: int | None = None,
-                         host: str | None = None, port: int = 0) -> BuiltinServer:
-    """Spawn the built-in chat server, wait for its `LISTENING <url>` line, return a handle to it.
-
-    `host` None: loopback, or this node's address when the driver joined a Ray cluster."""
-    command = ["-m", "rl_daytona.policy.server", "--port", str(port)]
+                         host: str | None = None, port: int = 0) -> ServerProcess:
+    """Spawn the built-in chat server, wait for its `LISTENING <url>` line, return a handle to it
+    (`.url` ends in `/v1`). `host` None: loopback, or this node's address when the driver
+    joined a Ray cluster."""
+    command = ["-m", BUILTIN_SERVER_MODULE, "--port", str(port)]
     if state is not None:
         command += ["--state", str(state)]
     if seed is not None:
@@ -89,7 +99,7 @@ def start_builtin_server(state: Path | None = None, timeout: float = 30.0, seed:
     return spawn_server(command, host, timeout, "built-in policy server")
 
 
-def spawn_server(args: list[str], host: str | None, timeout: float, what: str) -> BuiltinServer:
+def spawn_server(args: list[str], host: str | None, timeout: float, what: str) -> ServerProcess:
     """`python ARGS --host H --stop-on-stdin-eof` as a child that prints `LISTENING <url>` once bound."""
     if host is None:
         host = "127.0.0.1"
@@ -107,4 +117,23 @@ def spawn_server(args: list[str], host: str | None, timeout: float, what: str) -
         process.wait()
         tail = Path(log_file.name).read_text(errors="replace")[-2000:]
         raise ServerStartError(f"{what} did not start within {timeout}s: {tail.strip()}")
-    return BuiltinServer(process, url, Path(log_file.name))
+    return ServerProcess(process, url, Path(log_file.name))
+
+
+async def until_stopped(stop_on_stdin_eof: bool) -> None:
+    """(In the child) return on SIGTERM or SIGINT, or (with `stop_on_stdin_eof`) once the
+    parent closes stdin."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if stop_on_stdin_eof:
+        loop.run_in_executor(None, wait_stdin_eof, loop, stop)
+    await stop.wait()
+
+
+def wait_stdin_eof(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+    """Block until the parent closes our stdin (or dies), then stop the server."""
+    while sys.stdin.buffer.read(1 << 16):
+        pass
+    loop.call_soon_threadsafe(stop.set)

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from rl_daytona.agent import BASH_TOOL
-from rl_daytona.policy.launch import ServerStartError, start_builtin_server
+from rl_daytona.serving.launch import ServerStartError, start_builtin_server
 from rl_daytona.policy.model import PolicyModel
 from tests.policy.transcripts import Chat
 
@@ -47,7 +47,7 @@ def test_a_saved_state_is_served_and_the_child_stops_with_the_block(tmp_path: Pa
 
 
 def test_close_lets_the_child_exit_cleanly() -> None:
-    """BUG (server.serve/_wait_stdin_eof with launch.BuiltinServer.close): start_builtin_server
+    """BUG (server.serve/_wait_stdin_eof with launch.ServerProcess.close): start_builtin_server
     always passes --stop-on-stdin-eof, whose stdin reader runs in the loop's default executor;
     on SIGTERM the server stops, but asyncio.run() then waits in shutdown_default_executor()
     for that thread, which stays blocked reading stdin because close() only closes the pipe

@@ -16,7 +16,8 @@ from tinker import types
 from rl_daytona.agent import BASH_TOOL
 from rl_daytona.eval import EvalConfig, run_eval
 from rl_daytona.policy.chat import encode_prompt
-from rl_daytona.policy.tinker_sampler import BuiltinRenderer, SamplerError, SamplerServer, TinkerSamplingService
+from rl_daytona.renderers.builtin import BuiltinRenderer
+from rl_daytona.serving.sampler import SamplerError, SamplerServer, TinkerSamplingService
 from rl_daytona.tinker_sim.routes import FAULTS
 from rl_daytona.types import Settings
 from tests.tinker_sim.conftest import datum_of, prompt_ids, service, sim  # noqa: F401 - fixtures
