@@ -1,7 +1,8 @@
 """`rl-daytona eval`: run every task of a split `group` times and report pass rates.
 
 source (taskset split x group) -> dispatcher (bounded in-flight, round-robin over actors)
--> sink (rollouts.jsonl appended and flushed per rollout, then summary.json).
+-> sink (rollouts.jsonl appended and flushed per rollout, then summary.json); the run's parts
+are composed once by `rl_daytona.run`.
 
 Invariant: every dispatched rollout is written to `rollouts.jsonl` exactly once, and the pool
 is shut down (every sandbox of the run deleted) whether the run ends well or not.
@@ -13,21 +14,20 @@ import asyncio
 import json
 import os
 import time
-import uuid
-from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rl_daytona.backends import BackendSpec, DaytonaOptions
+from rl_daytona.backends import DaytonaOptions
 from rl_daytona.pool import PoolConfig
+from rl_daytona.progress import RunProgress
 from rl_daytona.rollout import ActorStats
+from rl_daytona.run import PolicySource, Run, backend_summary, open_run, start_actors
+from rl_daytona.source import group_requests
 from rl_daytona.summary import render_table, summarize
-from rl_daytona.tasks import get_taskset
-from rl_daytona.types import Rollout, RolloutRequest, RolloutStatus, SandboxLimits, Settings
+from rl_daytona.types import Rollout, RolloutRequest, SandboxLimits, Settings
 
 
 @dataclass(frozen=True)
@@ -57,34 +57,6 @@ class EvalConfig:
                 raise ValueError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
 
 
-def requests_for(taskset: str, split: str | None, group: int, tag: str = "eval") -> list[RolloutRequest]:
-    """One group of `group` attempts per task instance of the split."""
-    instances = get_taskset(taskset).split(split)
-    return [RolloutRequest(rollout_id=f"{tag}-{inst.instance_id}-{a}", task_id=inst.instance_id,
-                           group_id=f"{tag}/{inst.instance_id}", attempt=a)
-            for inst in instances for a in range(group)]
-
-
-class RolloutSink:
-    """Appends each rollout to rollouts.jsonl as it completes, flushed, exactly once."""
-
-    def __init__(self, path: Path) -> None:
-        self._file = path.open("a", encoding="utf-8")
-        self._seen: set[str] = set()
-        self.rollouts: list[Rollout] = []
-
-    def add(self, rollout: Rollout) -> None:
-        if rollout.rollout_id in self._seen:
-            return
-        self._seen.add(rollout.rollout_id)
-        self.rollouts.append(rollout)
-        self._file.write(json.dumps(rollout.to_json()) + "\n")
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
-
-
 async def dispatch(fleet: Any, requests: list[RolloutRequest], on_done: Any) -> None:
     """Run every request on the fleet (it bounds what is in flight and re-dispatches lost ones)."""
 
@@ -95,58 +67,28 @@ async def dispatch(fleet: Any, requests: list[RolloutRequest], on_done: Any) -> 
     await asyncio.gather(*(one(r) for r in requests))
 
 
-def fleet_plan(cfg: Any) -> Any:
-    """The FleetPlan of an eval or train config."""
-    from rl_daytona.fleet import FleetPlan
-
-    return FleetPlan(actors=cfg.rollout_actors, per_node=cfg.rollout_actors_per_node,
-                     concurrency=cfg.rollout_concurrency, max_concurrent=cfg.max_concurrent,
-                     rollout_deadline=cfg.settings.rollout_deadline)
-
-
-def _progress(console: Console) -> Progress:
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("pass {task.fields[rate]}"), TimeElapsedColumn(), console=console)
-
-
-async def _run(cfg: EvalConfig, spec: BackendSpec, pool_cfg: PoolConfig, policy_url: str, sink: RolloutSink,
-               console: Console) -> dict[str, Any]:
-    from rl_daytona import runtime
-    from rl_daytona.supply import describe
-
-    requests = requests_for(cfg.taskset, cfg.split, cfg.group)
-    settings = Settings(**{**asdict(cfg.settings), "policy_url": policy_url})
-    pool = runtime.start_pool(spec, cfg.run_id, pool_cfg)
+async def _run(cfg: EvalConfig, run: Run) -> dict[str, Any]:
+    requests = group_requests(run.splits[cfg.split], cfg.group)
     started = time.monotonic()
-    try:
-        reaped = await pool.start.remote()
-        await pool.set_demand.remote(len(requests))
-        fleet = runtime.start_fleet(pool, spec, cfg.taskset, settings, fleet_plan(cfg))
-        await fleet.start()
-        with _progress(console) as progress:
-            bar = progress.add_task(f"eval {cfg.taskset}/{cfg.split}", total=len(requests), rate="-")
+    async with start_actors(run, demand=len(requests)) as actors:
+        with RunProgress(run.console) as progress:
+            progress.phase(f"eval {cfg.taskset}/{cfg.split}", len(requests))
 
             def done(rollout: Rollout) -> None:
-                sink.add(rollout)
-                scored = [r for r in sink.rollouts if r.status is not RolloutStatus.INFRA_ERROR]
-                rate = f"{sum(r.reward >= 1.0 for r in scored) / max(len(scored), 1):.0%}"
-                progress.update(bar, advance=1, rate=rate)
+                run.sink.add(rollout)
+                progress.done(rollout)
 
-            await dispatch(fleet, requests, done)
+            await dispatch(actors.fleet, requests, done)
         wall = time.monotonic() - started
-        actor_stats: list[ActorStats] = await fleet.stats()
-        await fleet.close()
-    finally:
-        pool_stats = await pool.shutdown.remote()
-    provider = await pool.provider.remote()
+        actor_stats: list[ActorStats] = await actors.fleet.stats()
     cpu = sum(s.sandbox_cpu_seconds for s in actor_stats)
     return {"wall_seconds": wall, "rollouts_per_second": len(requests) / wall if wall else 0.0,
             "sandbox_cpu_seconds": cpu, "cores": os.cpu_count() or 1,
             "wall_over_cpu_floor": wall / (cpu / (os.cpu_count() or 1)) if cpu else None,
-            "pool": asdict(pool_stats), "orphans_reaped_at_start": reaped,
-            "sandbox_backend": {**describe(spec), **provider},
-            "actors": [asdict(s) for s in actor_stats], "fleet": dict(fleet.counts),
-            "rollouts_by_node": _by_node(sink.rollouts)}
+            "pool": actors.pool_stats, "orphans_reaped_at_start": actors.reaped,
+            "sandbox_backend": backend_summary(run, actors),
+            "actors": [asdict(s) for s in actor_stats], "fleet": dict(actors.fleet.counts),
+            "rollouts_by_node": _by_node(run.sink.rollouts)}
 
 
 def _by_node(rollouts: list[Rollout]) -> dict[str, int]:
@@ -154,17 +96,6 @@ def _by_node(rollouts: list[Rollout]) -> dict[str, int]:
     for r in rollouts:
         out[r.node_id] = out.get(r.node_id, 0) + 1
     return out
-
-
-def sigterm_interrupts() -> None:
-    """SIGTERM ends the run like Ctrl-C (the pool's shutdown deletes the run's sandboxes).
-
-    Called after `ray.init`, which installs a handler of its own that exits at once."""
-    import signal
-    import threading
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 def _policy_name(cfg: EvalConfig) -> str:
@@ -175,35 +106,11 @@ def _policy_name(cfg: EvalConfig) -> str:
 
 def run_eval(cfg: EvalConfig, console: Console | None = None) -> dict[str, Any]:
     """Run an eval end to end; writes summary.json and rollouts.jsonl under cfg.out."""
-    from rl_daytona import runtime
-    from rl_daytona.serving.launch import start_builtin_server
-
     console = console or Console()
-    get_taskset(cfg.taskset).split(cfg.split)  # fail fast on a bad taskset or split
-    if cfg.tinker is not None:
-        from rl_daytona.tinker_run import check_target
-
-        check_target(cfg.tinker)  # a missing key, unreachable service, unknown model: before any sandbox
-    cfg.out.mkdir(parents=True, exist_ok=True)
-    run_id = cfg.run_id or f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    cfg = EvalConfig(**{**cfg.__dict__, "run_id": run_id})
-    from rl_daytona.supply import supply_for
-
-    spec, pool_cfg = supply_for(cfg, console.print)
-    runtime.ensure_ray()
-    sigterm_interrupts()
-    with ExitStack() as stack:
-        url = cfg.policy
-        if cfg.tinker is not None:  # sample through the tinker SDK: a base model or a tinker:// checkpoint
-            from rl_daytona.tinker_run import open_trainer
-
-            url = stack.enter_context(open_trainer(cfg.tinker, cfg.model_path)).url
-        elif cfg.policy == "builtin":
-            url = stack.enter_context(start_builtin_server()).url
-        sink = RolloutSink(cfg.out / "rollouts.jsonl")
-        stack.callback(sink.close)
-        extra = asyncio.run(_run(cfg, spec, pool_cfg, url, sink, console))
-    summary = summarize(sink.rollouts, run_id=run_id, taskset=cfg.taskset, split=cfg.split,
+    policy = PolicySource(url=cfg.policy, tinker=cfg.tinker, model_path=cfg.model_path)
+    with open_run(cfg, console, policy, splits=(cfg.split,)) as run:
+        extra = asyncio.run(_run(cfg, run))
+    summary = summarize(run.sink.rollouts, run_id=run.run_id, taskset=cfg.taskset, split=cfg.split,
                         group=cfg.group, policy=_policy_name(cfg), backend=cfg.backend, **extra)
     (cfg.out / "summary.json").write_text(json.dumps(summary, indent=2))
     console.print(render_table(summary, f"{cfg.taskset} / {cfg.split} (group {cfg.group})"))

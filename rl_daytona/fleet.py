@@ -81,8 +81,10 @@ class _Member:
 class RolloutFleet:
     def __init__(self, spawn: Spawn, plan: FleetPlan, taskset: str, driver_node: str = "",
                  eligible: NodeFilter | None = None, reclaim: Reclaim | None = None,
-                 stop: Stop | None = None, nodes: Callable[[], list[NodeInfo]] = alive_nodes) -> None:
+                 stop: Stop | None = None, nodes: Callable[[], list[NodeInfo]] = alive_nodes,
+                 tasks: Any = None) -> None:
         self._spawn, self.plan, self.taskset, self.driver_node = spawn, plan, taskset, driver_node
+        self._tasks = tasks  # the loaded taskset when the run has it (None: loaded by name when needed)
         self._eligible = eligible or (lambda nodes: nodes)
         self._reclaim, self._stop = reclaim, stop
         self._closing = False
@@ -300,10 +302,12 @@ class RolloutFleet:
             await self.sync(nodes)
 
     def _lost_rollout(self, request: RolloutRequest) -> Rollout:
-        from rl_daytona.tasks import get_taskset
+        if self._tasks is None:
+            from rl_daytona.tasks import get_taskset
 
+            self._tasks = get_taskset(self.taskset)
         return Rollout(rollout_id=request.rollout_id, task_id=request.task_id,
-                       variant=get_taskset(self.taskset).get(request.task_id).variant,
+                       variant=self._tasks.get(request.task_id).variant,
                        group_id=request.group_id, attempt=request.attempt, reward=0.0,
                        status=RolloutStatus.INFRA_ERROR, timings=PhaseTimings(), trajectory=Trajectory(),
                        error="the RolloutActors running this rollout were lost, and no other actor could "

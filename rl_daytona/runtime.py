@@ -94,8 +94,9 @@ def rollout_spawner(pool: Any, spec: BackendSpec, taskset: str, settings: Settin
     return spawn
 
 
-def start_fleet(pool: Any, spec: BackendSpec, taskset: str, settings: Settings, plan: Any) -> Any:
-    """The run's RolloutFleet (not yet started: `await fleet.start()` places the actors).
+def start_fleet(pool: Any, spec: BackendSpec, taskset: str, settings: Settings, plan: Any, tasks: Any = None) -> Any:
+    """The run's RolloutFleet (not yet started: `await fleet.start()` places the actors); `tasks`:
+    the driver's loaded taskset, if it has it (the actors load theirs by name).
 
     Local sandboxes are directories on the pool's machine, so with the local backend only the
     nodes on that machine get RolloutActors; with Daytona every node does."""
@@ -113,7 +114,7 @@ def start_fleet(pool: Any, spec: BackendSpec, taskset: str, settings: Settings, 
     spawn = rollout_spawner(pool, spec, taskset, settings)
     return RolloutFleet(spawn, plan, taskset, driver_node=ray.get_runtime_context().get_node_id(),
                         eligible=eligible, reclaim=lambda claimer: pool.reclaim.remote(claimer),
-                        stop=lambda actor: ray.kill(actor, no_restart=True))
+                        stop=lambda actor: ray.kill(actor, no_restart=True), tasks=tasks)
 
 
 def start_learner(client: Any, config: Any, version: int = 0) -> Any:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rl_daytona.eval import EvalConfig, requests_for, run_eval
-from rl_daytona.tasks import TaskError
+from rl_daytona.eval import EvalConfig, run_eval
+from rl_daytona.source import requests_for
 from rl_daytona.types import Settings
 
 
@@ -38,13 +38,6 @@ def test_eval_runs_a_task_written_only_with_the_public_api(tmp_path: Path) -> No
     summary = run_eval(EvalConfig(out=tmp_path / "ex", taskset="tests.tasks.example_task:EXAMPLE_TASKSET",
                                   split="all", group=2, max_concurrent=4))
     assert summary["rollouts"] >= 2 and summary["counts_by_status"].get("infra_error", 0) == 0
-
-
-def test_unknown_split_and_taskset_are_clear_errors() -> None:
-    with pytest.raises(TaskError, match="no split 'nope'"):
-        requests_for("calc", "nope", 1)
-    with pytest.raises(TaskError):
-        requests_for("no_such_taskset", None, 1)
 
 
 @pytest.mark.parametrize("args, message", [

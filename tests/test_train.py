@@ -243,37 +243,3 @@ def test_a_run_on_a_tinker_url_stopped_by_failures_keeps_its_steps_and_resume_co
     final = json.loads((out / "summary.json").read_text())
     assert final["policy_saved"].startswith("tinker://") and final["heldout_before"] == lines[0]["heldout_pass_rate"]
     assert lines[-1]["policy_version"] == sum(m["trained"] for m in lines[1:])
-
-
-def test_a_learner_that_stops_taking_rollouts_stops_the_step_in_one_line(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """`Learner.add` is bounded: a wedged Learner ends the run with a TrainingCallError (exit 4
-    from the CLI) instead of a step that waits forever; the rollout is already in the sink."""
-    import asyncio
-
-    from rl_daytona import train
-    from rl_daytona.eval import RolloutSink
-    from rl_daytona.learn.clients import TrainingCallError
-    from rl_daytona.types import RolloutRequest, Trajectory
-    from tests.learn.builders import rollout_of
-
-    monkeypatch.setattr(train, "LEARNER_ADD_TIMEOUT", 0.3)
-    request = RolloutRequest(rollout_id="g/0", task_id="calc[variant=8]", group_id="g", attempt=0)
-    rollout = rollout_of(Trajectory(policy_version=0), "g", 0, 1.0)
-
-    class Fleet:
-        async def run(self, _request: RolloutRequest) -> tuple[object, object]:
-            return object(), rollout
-
-    class Never:
-        def remote(self, _ref: object) -> asyncio.Future[list[RolloutRequest]]:
-            return asyncio.get_running_loop().create_future()  # never answered
-
-    class Learner:
-        add = Never()
-
-    sink = RolloutSink(tmp_path / "rollouts.jsonl")
-    with pytest.raises(TrainingCallError, match=r"took no rollout for 0.3 s \(g/0 is in rollouts.jsonl\)") as err:
-        asyncio.run(train._collect(Fleet(), Learner(), [request], sink, lambda _r: None))  # type: ignore[arg-type]
-    assert "\n" not in str(err.value) and not err.value.retryable
-    assert [json.loads(line)["rollout_id"] for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()] == ["g/0"]

@@ -66,7 +66,7 @@ class RolloutBench:
 
 def bench_requests(n: int, taskset: str = "calc") -> list[RolloutRequest]:
     """n attempts over the taskset's tasks: whole groups while n >= its task count, else n tasks once."""
-    from rl_daytona.eval import requests_for
+    from rl_daytona.source import requests_for
     from rl_daytona.tasks import get_taskset
 
     group = max(1, n // len(get_taskset(taskset).instances))
@@ -76,7 +76,7 @@ def bench_requests(n: int, taskset: str = "calc") -> list[RolloutRequest]:
 def run_rollout_bench(cfg: RolloutBench) -> dict[str, Any]:
     """Run the benchmark; returns its figures (see the module docstring)."""
     from rl_daytona import runtime
-    from rl_daytona.eval import sigterm_interrupts
+    from rl_daytona.run import sigterm_interrupts
     from rl_daytona.serving.launch import start_builtin_server
 
     cfg.out.mkdir(parents=True, exist_ok=True)

@@ -69,6 +69,34 @@ def read_run(out: Path) -> RunState:
     return RunState(tuple(lines), last["step"] + 1, checkpoint, version, continuing=True)
 
 
+def starting_point(resume: Path | str | None, out: Path, steps: int) -> RunState:
+    """Where a run starts: fresh weights; or, with --resume, the run folder's next step (when
+    it is `out` itself), a previous run's last checkpoint, or a tinker:// checkpoint to start
+    a new run from. A clear ValueError when that cannot be done."""
+    if resume is None:
+        return RunState((), 0, None, 0)
+    if str(resume).startswith("tinker://"):
+        return RunState((), 0, str(resume), 0)
+    if Path(resume).resolve() == Path(out).resolve():
+        start = read_run(out)
+        if start.next_step >= steps:
+            raise ValueError(f"--resume {resume}: its {start.next_step} steps are done; "
+                             f"pass --steps above {start.next_step} to train on")
+        _tinker_checkpoint(resume, start.checkpoint)
+        return start
+    prior = read_run(Path(resume))
+    if not prior.checkpoint:
+        raise ValueError(f"--resume {resume}: no trained step there to start from")
+    _tinker_checkpoint(resume, prior.checkpoint)
+    return RunState((), 0, prior.checkpoint, prior.version)
+
+
+def _tinker_checkpoint(resume: Path | str, checkpoint: str | None) -> None:
+    if checkpoint and not checkpoint.startswith("tinker://"):
+        raise ValueError(f"--resume {resume}: its checkpoint {checkpoint} is not a tinker:// path "
+                         "(a run from before training went through Tinker)")
+
+
 def _completed(record: dict[str, Any], completed: frozenset[int]) -> bool:
     group = str(record.get("group_id", ""))
     if match := _TRAIN_GROUP.match(group):

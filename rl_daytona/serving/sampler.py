@@ -9,8 +9,8 @@ prompt ids, sampled ids -> an assistant message (a `bash` tool call or text). Th
 and logprobs are passed through exactly as Tinker returned them (token-in/token-out).
 
 `POST /v1/sampler {"model_path": "tinker://...", "version": N}` swaps the sampling client
-(the train loop calls it after each `optim_step`, with the path the training client saved
-for the sampler), so every later completion reports the new policy version.
+(the train loop calls it, `use_weights`, after each `optim_step`, with the path the training
+client saved for the sampler), so every later completion reports the new policy version.
 
 Invariant: the endpoint answers every request. A Tinker call that fails is an HTTP 502 with
 a one-line OpenAI-style error body; a malformed request is a 400; the server stays up.
@@ -219,3 +219,22 @@ class SamplerServer:
 
 def serve_sampler(service: TinkerSamplingService, host: str = "127.0.0.1", port: int = 0) -> SamplerServer:
     return SamplerServer(service, host, port)
+
+
+async def use_weights(url: str, model_path: str, version: int) -> str:
+    """(Client side) point the sampling endpoint at `url` to the weights a step saved; "" when it
+    took them, else why not (the run stops: later rollouts would sample the old policy)."""
+    import aiohttp
+
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+            async with session.post(f"{url}/sampler", json={"model_path": model_path, "version": version}) as resp:
+                if resp.status == 200:
+                    return ""
+                try:
+                    reason = (await resp.json())["error"]["message"]
+                except Exception:  # noqa: BLE001 - any non-JSON answer
+                    reason = f"HTTP {resp.status}"
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+    return f"the sampler did not take the new weights {model_path}: {reason}"

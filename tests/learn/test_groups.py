@@ -1,6 +1,6 @@
 """GroupCollector, advantages and pack_groups: properties over random arrivals, plus examples.
 
-The property tests simulate a step the way `train._collect` runs it: every attempt of every
+The property tests simulate a step the way `train_steps.collect` runs it: every attempt of every
 group is in flight, they finish in a random interleaved order, an attempt may hit an
 infrastructure error (and is sent out again whenever the collector asks for a retry), and the
 successful ones carry random rewards and the policy version that sampled them.

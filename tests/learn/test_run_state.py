@@ -1,4 +1,4 @@
-"""Reading a stopped run back (learn.run_state) and where `--resume` starts (train._starting_point),
+"""Reading a stopped run back (learn.run_state) and where `--resume` starts (run_state.starting_point),
 on run folders laid out as `rl-daytona train` writes them; no Ray."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rl_daytona.learn.run_state import INTERRUPTED, RunState, prepare_to_continue, prune_checkpoints, read_run
+from rl_daytona.learn.run_state import (INTERRUPTED, RunState, prepare_to_continue, prune_checkpoints, read_run,
+                                        starting_point)
 from rl_daytona.policy.model import PolicyModel
-from rl_daytona.train import TrainConfig, _starting_point
 
 
 def _line(step: int, version: int, checkpoint: str | None) -> str:
@@ -72,21 +72,20 @@ def test_lines_out_of_order_end_the_completed_prefix(tmp_path: Path) -> None:
 
 
 def test_where_resume_starts(stopped: Path, tmp_path: Path) -> None:
-    common = dict(taskset="tests.learn.small_calc:SMALL_CALC", tasks_per_step=2, group=4)
     run = tmp_path / "tinker-run"
     run.mkdir()
     ckpt = "tinker://sim-1:train:0/weights/step-000001"
     (run / "metrics.jsonl").write_text(_line(-1, 0, None) + _line(0, 0, None) + _line(1, 1, ckpt))
-    in_place = _starting_point(TrainConfig(out=run, steps=4, resume=run, **common))
+    in_place = starting_point(run, run, 4)
     assert (in_place.next_step, in_place.version, in_place.checkpoint) == (2, 1, ckpt)
     with pytest.raises(ValueError, match=r"its 2 steps are done; pass --steps above 2"):
-        _starting_point(TrainConfig(out=run, steps=2, resume=run, **common))
+        starting_point(run, run, 2)
     # another --out: a new run from the folder's last checkpoint, or from a tinker:// path
-    fresh = _starting_point(TrainConfig(out=tmp_path / "new", steps=4, resume=run, **common))
+    fresh = starting_point(run, tmp_path / "new", 4)
     assert fresh == RunState((), 0, ckpt, 1)
-    assert _starting_point(TrainConfig(out=tmp_path / "new", steps=4, resume=ckpt, **common)) == RunState((), 0, ckpt, 0)
+    assert starting_point(ckpt, tmp_path / "new", 4) == RunState((), 0, ckpt, 0)
     with pytest.raises(ValueError, match="no metrics.jsonl there"):
-        _starting_point(TrainConfig(out=tmp_path / "empty", steps=4, resume=tmp_path / "empty", **common))
+        starting_point(tmp_path / "empty", tmp_path / "empty", 4)
     # a run folder from before training went through Tinker names a file, not a tinker:// checkpoint
     with pytest.raises(ValueError, match="is not a tinker:// path"):
-        _starting_point(TrainConfig(out=stopped, steps=4, resume=stopped, **common))
+        starting_point(stopped, stopped, 4)

@@ -16,7 +16,8 @@ from typing import Any, Callable
 
 from rl_daytona.backends import BackendSpec, DaytonaOptions
 from rl_daytona.daytona_sim import DEFAULT_SNAPSHOT
-from rl_daytona.eval import RolloutSink, requests_for
+from rl_daytona.sink import RolloutSink
+from rl_daytona.source import requests_for
 from rl_daytona.fleet import FleetPlan, RolloutFleet
 from rl_daytona.learn.learner import Learner, LearnerConfig
 from rl_daytona.placement import NodeInfo

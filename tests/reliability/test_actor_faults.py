@@ -18,7 +18,7 @@ import ray
 from rl_daytona import runtime
 from rl_daytona.backends import BackendSpec
 from rl_daytona.backends.local import LocalBackend
-from rl_daytona.eval import requests_for
+from rl_daytona.source import requests_for
 from rl_daytona.fleet import FleetPlan
 from rl_daytona.learn.learner import Learner, LearnerConfig
 from rl_daytona.pool import PoolConfig

@@ -14,7 +14,7 @@ import pytest
 
 from rl_daytona.backends.daytona_options import RUN_LABEL
 from rl_daytona.daytona_sim import SimConfig, run_sim_in_thread
-from rl_daytona.eval import requests_for
+from rl_daytona.source import requests_for
 from rl_daytona.types import RolloutStatus
 from tests.reliability.cheap_task import SOLVE
 from tests.reliability.harness import TASKSET, daytona_spec, ids_of, ledger, run_wide

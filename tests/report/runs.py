@@ -10,7 +10,7 @@ from typing import Any
 
 from rl_daytona.learn.learner import StepReport
 from rl_daytona.summary import summarize
-from rl_daytona.train import _metrics_line
+from rl_daytona.step_record import metrics_line
 from rl_daytona.types import PhaseTimings, PoolStats, Rollout, RolloutStatus, Trajectory
 
 T0 = 1_800_000_000.0
@@ -78,8 +78,8 @@ def train_rollouts() -> list[Rollout]:
 
 def metrics_lines() -> list[dict[str, Any]]:
     first = {"step": -1, "heldout_pass_rate": 0.0, "policy_version": 0, "train_pass_rate": None}
-    one = _metrics_line(_report(0, 2, 1, 1000, 1, 1, 1), 3.0, 4.0, None, None, None)
-    two = _metrics_line(_report(1, 2, 2, 3000, 1, 1, 1), 3.0, 4.0, {"pass_rate": 1.0}, None, None)
+    one = metrics_line(_report(0, 2, 1, 1000, 1, 1, 1), 3.0, 4.0, None, None, None)
+    two = metrics_line(_report(1, 2, 2, 3000, 1, 1, 1), 3.0, 4.0, {"pass_rate": 1.0}, None, None)
     return [first, one, two]
 
 

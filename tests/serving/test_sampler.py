@@ -145,16 +145,16 @@ def test_an_eval_runs_through_a_tinker_sampling_client(tmp_path: Path, served: S
 
 
 def test_the_train_loop_hears_a_refused_swap_as_one_line(served: SamplerServer) -> None:
-    """`train._use_sampler` is how a step hands its weights to the sampler; a refusal (unknown
+    """`use_weights` is how a step hands its weights to the sampler; a refusal (unknown
     path, dead endpoint) comes back as one line and the run stops on it."""
     import asyncio
 
-    from rl_daytona.train import _use_sampler
+    from rl_daytona.serving.sampler import use_weights
 
-    refused = asyncio.run(_use_sampler(served.url, "tinker://nowhere/sampler_weights/step-1", 1))
+    refused = asyncio.run(use_weights(served.url, "tinker://nowhere/sampler_weights/step-1", 1))
     assert refused.startswith("the sampler did not take the new weights tinker://nowhere/sampler_weights/step-1: "
                               "tinker create_sampling_client") and "\n" not in refused
-    dead = asyncio.run(_use_sampler("http://127.0.0.1:9/v1", "tinker://x", 1))
+    dead = asyncio.run(use_weights("http://127.0.0.1:9/v1", "tinker://x", 1))
     assert "did not take" in dead and "Client" in dead and "\n" not in dead
     assert served.service.version == 0
     assert prompt_ids()  # the renderer the sim tests use is this one
