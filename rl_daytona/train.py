@@ -44,7 +44,7 @@ from rl_daytona.pool import PoolConfig
 from rl_daytona.progress import RunProgress
 from rl_daytona.run import PolicySource, Run, backend_summary, open_run, start_actors
 from rl_daytona.serving.sampler import use_weights
-from rl_daytona.step_record import metrics_line, plot_curve
+from rl_daytona.step_record import metrics_line, plot_curve, step_line
 from rl_daytona.tinker_run import TinkerTarget
 from rl_daytona.train_steps import Steps, TrainingStepFailed
 from rl_daytona.types import SandboxLimits, Settings
@@ -169,6 +169,7 @@ async def _steps(cfg: TrainConfig, steps: Steps, pool: Any, start: RunState) -> 
             heldout = await steps.evaluate(step)
         now = time.monotonic()
         steps.commit(metrics_line(report, rollout_seconds, now - step_start, heldout, overlap, steps.checkpoint))
+        steps.progress.print(step_line(report, cfg.steps, heldout, now - step_start))
         if not report.trained:
             steps.progress.print(f"step {step + 1}: skipped ({report.skipped_reason})")
         if step + 1 < cfg.steps:

@@ -8,14 +8,17 @@ grammar only knows calc.py, so on `wordcount` every attempt fails and no step co
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from rl_daytona.learn.retry import RetryPolicy
 from rl_daytona.tinker_run import local_state_dir
@@ -41,10 +44,10 @@ def checkpoint_file(state_dir: Path, path: str) -> Path:
 @pytest.mark.usefixtures("ray_session")
 def test_train_end_to_end_trains_the_served_policy(tmp_path: Path) -> None:
     steps, tasks_per_step, group, eval_group = 3, 2, 4, 2
-    out = tmp_path / "run"
+    out, terminal = tmp_path / "run", io.StringIO()
     summary = run_train(TrainConfig(out=out, taskset=TASKSET, steps=steps, tasks_per_step=tasks_per_step,
                                     group=group, eval_group=eval_group, max_concurrent=8, seed=0,
-                                    settings=Settings(max_turns=3)))
+                                    settings=Settings(max_turns=3)), Console(file=terminal, width=200))
 
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [-1, *range(steps)]
@@ -79,6 +82,17 @@ def test_train_end_to_end_trains_the_served_policy(tmp_path: Path) -> None:
     assert json.loads(checkpoint_file(local_state_dir(), last).read_text())["version"] == trained_before
     assert step_lines[-1]["heldout_pass_rate"] is not None
     assert all(m["heldout_pass_rate"] is None for m in step_lines[:-1])
+
+    # the curve on the terminal, a line per step as it finished: the metrics lines' figures as counts
+    printed = [line for line in terminal.getvalue().splitlines() if re.match(r"step \d+/", line)]
+    assert len(printed) == steps, terminal.getvalue()
+    for m, line in zip(step_lines, printed):
+        rate, mixed = m["heldout_pass_rate"], round(m["frac_groups_mixed"] * tasks_per_step)
+        held = "" if rate is None else f"  held-out {rate:.1%} ({round(rate * eval_group)}/{eval_group})"
+        expect = (f"step {m['step'] + 1}/{steps}  train {m['train_pass_rate']:.1%} "
+                  f"({round(m['train_pass_rate'] * tasks_per_step * group)}/{tasks_per_step * group})  "
+                  f"mixed groups {mixed}/{tasks_per_step}{held}")
+        assert re.fullmatch(re.escape(expect) + r"  \d+ s", line), (line, expect)
 
     # the saved policy is the trained one after the last step, a checkpoint of the local Tinker service
     assert summary["policy_saved"].startswith("tinker://") and summary["policy_saved"].endswith("/weights/policy")
