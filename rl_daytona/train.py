@@ -188,7 +188,7 @@ def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any
         try:
             result = asyncio.run(_train(cfg, run, start))
         except TrainingStepFailed as failed:
-            raise _keep_what_was_done(cfg, failed, run.run_id) from None
+            raise _keep_what_was_done(cfg, failed, run) from None
     before = next((m["heldout_pass_rate"] for m in result["metrics"] if m["step"] == -1), None)
     after = result["evals"].get(cfg.steps - 1, {}).get("pass_rate")
     plot_curve(result["metrics"], cfg.out / "curve.png", f"{cfg.taskset}: lr {cfg.lr}, {cfg.steps} steps")
@@ -196,7 +196,8 @@ def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any
                "tasks_per_step": cfg.tasks_per_step, "group": cfg.group, "lr": cfg.lr, "loss_fn": cfg.loss_fn,
                "off_policy": cfg.off_policy, "heldout_before": before, "heldout_after": after,
                "wall_seconds": result["wall_seconds"], "cores": os.cpu_count() or 1,
-               "policy_saved": result["policy_saved"], "pool": result["pool"], "fleet": result["fleet"],
+               "policy_saved": result["policy_saved"], "backend": cfg.backend,
+               "sandbox_backend": result["sandbox_backend"], "pool": result["pool"], "fleet": result["fleet"],
                "evals": {str(k): v for k, v in result["evals"].items()}}
     (cfg.out / "summary.json").write_text(json.dumps(summary, indent=2))
     console.print(f"held-out pass rate: {before or 0.0:.1%} before -> {after:.1%} after {cfg.steps} steps "
@@ -222,7 +223,7 @@ def _prepare_folder(cfg: TrainConfig, start: RunState, console: Console) -> None
             console.print(f"starting from {start.checkpoint} (policy version {start.version})")
 
 
-def _keep_what_was_done(cfg: TrainConfig, failed: TrainingStepFailed, run_id: str) -> TrainingCallError:
+def _keep_what_was_done(cfg: TrainConfig, failed: TrainingStepFailed, run: Run) -> TrainingCallError:
     """After a failed step: the state of the last completed step is already saved (its metrics
     line names the checkpoint); write the curve and a summary saying where the run stopped;
     return the one-line error."""
@@ -230,8 +231,11 @@ def _keep_what_was_done(cfg: TrainConfig, failed: TrainingStepFailed, run_id: st
     checkpoint = next((m.get("checkpoint") for m in reversed(failed.metrics)), None)
     plot_curve(failed.metrics, cfg.out / "curve.png", f"{cfg.taskset}: lr {cfg.lr}, stopped at step {done + 1}")
     evals = failed.evals
-    summary = {"run_id": run_id, "taskset": cfg.taskset, "steps": cfg.steps, "completed_steps": done,
-               "failed_step": done, "error": str(failed), "policy_saved": checkpoint,
+    from rl_daytona.supply import describe
+
+    summary = {"run_id": run.run_id, "taskset": cfg.taskset, "steps": cfg.steps, "completed_steps": done,
+               "failed_step": done, "error": str(failed), "policy_saved": checkpoint, "backend": cfg.backend,
+               "sandbox_backend": describe(run.spec),
                "heldout_before": next((m["heldout_pass_rate"] for m in failed.metrics if m["step"] == -1), None),
                "evals": {str(k): v for k, v in evals.items()}}
     (cfg.out / "summary.json").write_text(json.dumps(summary, indent=2))

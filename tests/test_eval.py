@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -44,9 +45,14 @@ def test_eval_runs_a_task_written_only_with_the_public_api(tmp_path: Path) -> No
     (["--split", "nope"], "no split 'nope'"),
     (["--group", "0"], "must be at least 1"),
     (["--taskset", "nowhere.module:X"], "nowhere"),
+    (["--policy", "http://127.0.0.1:9/v1"], "does not answer"),
+    (["--tinker-url", "http://127.0.0.1:9"], "cannot reach the Tinker service at http://127.0.0.1:9"),
+    (["--backend", "daytona"], "DAYTONA_API_KEY is not set"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "DAYTONA_API_KEY"}
     proc = subprocess.run([sys.executable, "-m", "rl_daytona.cli", "eval", "--out", str(tmp_path / "o"), *args],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 2, proc.stderr
+    assert not (tmp_path / "o").exists(), "refused before a run folder is made"
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr

@@ -120,6 +120,8 @@ def test_train_end_to_end_trains_the_served_policy(tmp_path: Path) -> None:
     assert saved["evals"]["-1"]["rollouts"] == saved["evals"][str(steps - 1)]["rollouts"] == eval_group
     assert saved["evals"][str(steps - 1)]["versions"] == [trained_before]
     assert (saved["steps"], saved["group"], saved["taskset"]) == (steps, group, TASKSET)
+    assert saved["backend"] == "local" and saved["sandbox_backend"]["kind"] == "local"  # as eval's summary
+    assert saved["sandbox_backend"]["isolation"] == "bwrap"
     assert (out / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list((out / "sandboxes").glob("sb-*")), "every sandbox of the run was deleted"
 
@@ -170,9 +172,10 @@ def test_off_policy_overlaps_next_rollouts_with_training_and_bounds_staleness(tm
     (["--base-model", "Qwen/Qwen3-8B"], "TINKER_API_KEY is not set: the Tinker service at http://127.0.0.1:9/hosted"),
     (["--renderer", "chatml"], "unknown renderer 'chatml'; choose one of: auto, builtin, qwen3"),
     (["--lora-rank", "0"], "--lora-rank: must be at least 1"),
+    (["--backend", "daytona"], "DAYTONA_API_KEY is not set"),
 ])
 def test_train_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "TINKER_API_KEY"}
+    env = {k: v for k, v in os.environ.items() if k not in ("TINKER_API_KEY", "DAYTONA_API_KEY")}
     env["TINKER_BASE_URL"] = "http://127.0.0.1:9/hosted"  # hosted Tinker stand-in: never dialled without a key
     proc = subprocess.run([sys.executable, "-m", "rl_daytona.cli", "train", "--out", str(tmp_path / "o"), *args],
                           capture_output=True, text=True, timeout=120, env=env)
@@ -239,6 +242,7 @@ def test_a_run_on_a_tinker_url_stopped_by_failures_keeps_its_steps_and_resume_co
             assert f"kept at {checkpoint}" in message
         summary = json.loads((out / "summary.json").read_text())
         assert summary["completed_steps"] == done and summary["error"] in message
+        assert summary["sandbox_backend"] == {"kind": "local", "isolation": "bwrap"}
         paths = {json.loads(line)["path"] for line in log.read_text().splitlines()}
         for call in ("forward_backward", "optim_step", "save_weights_for_sampler", "asample", "retrieve_future"):
             assert f"/api/v1/{call}" in paths, call
