@@ -19,8 +19,6 @@ import argparse
 import asyncio
 import json
 import logging
-import signal
-import sys
 from pathlib import Path
 
 from aiohttp import web
