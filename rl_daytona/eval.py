@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 from rich.console import Console
 
 from rl_daytona.backends import DaytonaOptions
+from rl_daytona.cpu_floor import cpu_floor
 from rl_daytona.pool import PoolConfig
 from rl_daytona.progress import RunProgress
 from rl_daytona.rollout import ActorStats
@@ -81,10 +81,10 @@ async def _run(cfg: EvalConfig, run: Run) -> dict[str, Any]:
             await dispatch(actors.fleet, requests, done)
         wall = time.monotonic() - started
         actor_stats: list[ActorStats] = await actors.fleet.stats()
-    cpu = sum(s.sandbox_cpu_seconds for s in actor_stats)
+    floor = cpu_floor(wall, actor_stats)
     return {"wall_seconds": wall, "rollouts_per_second": len(requests) / wall if wall else 0.0,
-            "sandbox_cpu_seconds": cpu, "cores": os.cpu_count() or 1,
-            "wall_over_cpu_floor": wall / (cpu / (os.cpu_count() or 1)) if cpu else None,
+            "sandbox_cpu_seconds": floor.sandbox_cpu_seconds, "cores": floor.cores,
+            "wall_over_cpu_floor": floor.ratio,
             "pool": actors.pool_stats, "orphans_reaped_at_start": actors.reaped,
             "sandbox_backend": backend_summary(run, actors),
             "actors": [asdict(s) for s in actor_stats], "fleet": dict(actors.fleet.counts),

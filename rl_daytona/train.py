@@ -7,7 +7,9 @@
 
 The run's parts are composed once by `rl_daytona.run`; the step mechanics are in
 `rl_daytona.train_steps`, what a step records in `rl_daytona.step_record`. Each step prints one
-line as it finishes (`step 3/10  train 42.2% (27/64)  mixed groups 5/8  ...  31 s`).
+line as it finishes (`step 3/10  train 42.2% (27/64)  mixed groups 5/8  ...  31 s`); the run ends
+with the held-out pass rate before and after, and its wall time against its CPU floor
+(`rl_daytona.cpu_floor`: every rollout's sandbox CPU, train steps and evals alike).
 
 Invariant: training and sampling go through the `tinker` SDK (hosted Tinker, or the local
 Tinker-compatible service serving the built-in model: `tinker_run`); after each `optim_step`
@@ -27,15 +29,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from rich.console import Console
 
 from rl_daytona.backends import DaytonaOptions
+from rl_daytona.cpu_floor import cpu_floor
 from rl_daytona.learn.clients import AdamParams, TrainingCallError
 from rl_daytona.learn.learner import LearnerConfig
 from rl_daytona.learn.retry import RetryPolicy
@@ -124,11 +126,13 @@ async def _train(cfg: TrainConfig, run: Run, start: RunState) -> dict[str, Any]:
                 await _steps(cfg, steps, actors.pool, start)
             saved = await steps.save_policy()
             await learner.close.remote()
+            actor_stats = await actors.fleet.stats()  # sandbox CPU of every rollout, steps and evals
         finally:
             ray.kill(learner, no_restart=True)
-    return {"metrics": steps.metrics, "evals": steps.evals, "wall_seconds": time.monotonic() - started,
+    floor = cpu_floor(time.monotonic() - started, actor_stats)
+    return {"metrics": steps.metrics, "evals": steps.evals, "wall_seconds": floor.wall_seconds, "floor": floor,
             "policy_saved": saved, "pool": actors.pool_stats, "fleet": actors.fleet.counts,
-            "sandbox_backend": backend_summary(run, actors)}
+            "actors": [asdict(a) for a in actor_stats], "sandbox_backend": backend_summary(run, actors)}
 
 
 def _learner_config(cfg: TrainConfig) -> LearnerConfig:
@@ -191,17 +195,20 @@ def run_train(cfg: TrainConfig, console: Console | None = None) -> dict[str, Any
             raise _keep_what_was_done(cfg, failed, run) from None
     before = next((m["heldout_pass_rate"] for m in result["metrics"] if m["step"] == -1), None)
     after = result["evals"].get(cfg.steps - 1, {}).get("pass_rate")
+    floor = result["floor"]
     plot_curve(result["metrics"], cfg.out / "curve.png", f"{cfg.taskset}: lr {cfg.lr}, {cfg.steps} steps")
     summary = {"run_id": run.run_id, "taskset": cfg.taskset, "steps": cfg.steps,
                "tasks_per_step": cfg.tasks_per_step, "group": cfg.group, "lr": cfg.lr, "loss_fn": cfg.loss_fn,
                "off_policy": cfg.off_policy, "heldout_before": before, "heldout_after": after,
-               "wall_seconds": result["wall_seconds"], "cores": os.cpu_count() or 1,
+               "wall_seconds": result["wall_seconds"], "sandbox_cpu_seconds": floor.sandbox_cpu_seconds,
+               "cores": floor.cores, "wall_over_cpu_floor": floor.ratio, "actors": result["actors"],
                "policy_saved": result["policy_saved"], "backend": cfg.backend,
                "sandbox_backend": result["sandbox_backend"], "pool": result["pool"], "fleet": result["fleet"],
                "evals": {str(k): v for k, v in result["evals"].items()}}
     (cfg.out / "summary.json").write_text(json.dumps(summary, indent=2))
     console.print(f"held-out pass rate: {before or 0.0:.1%} before -> {after:.1%} after {cfg.steps} steps "
                   f"({result['wall_seconds']:.0f}s)")
+    console.print(floor.line())
     from rl_daytona.report import report_after_run
 
     report_after_run(cfg.out, console)

@@ -125,6 +125,20 @@ def test_train_end_to_end_trains_the_served_policy(tmp_path: Path) -> None:
     assert (out / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list((out / "sandboxes").glob("sb-*")), "every sandbox of the run was deleted"
 
+    # wall time against the CPU floor, as eval reports it: the sandbox CPU of the RolloutActors that
+    # ran every rollout in rollouts.jsonl (train steps and evals), taken once they were all done
+    actors = saved["actors"]
+    assert sum(a["rollouts"] for a in actors) == len(records) and all(a["in_flight"] == 0 for a in actors)
+    cpu, cores, wall = saved["sandbox_cpu_seconds"], saved["cores"], saved["wall_seconds"]
+    assert cpu == pytest.approx(sum(a["sandbox_cpu_seconds"] for a in actors)) and cores == (os.cpu_count() or 1)
+    # each rollout's sandbox commands run inside its own clock: the CPU is real, and bounded by it
+    assert 0 < cpu <= sum(r["timings"]["total"] for r in records)
+    assert saved["wall_over_cpu_floor"] == pytest.approx(wall / (cpu / cores))
+    floor_line = f"wall {wall:.0f} s = {saved['wall_over_cpu_floor']:.2f} x the CPU floor ({cpu:.0f} sandbox CPU-s / {cores} cores)"
+    final = terminal.getvalue().splitlines()
+    held = next(i for i, line in enumerate(final) if line.startswith("held-out pass rate:"))
+    assert final[held + 1] == floor_line, final[held:]
+
 
 @pytest.mark.usefixtures("ray_session")
 def test_off_policy_overlaps_next_rollouts_with_training_and_bounds_staleness(tmp_path: Path) -> None:

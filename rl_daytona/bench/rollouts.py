@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from rl_daytona.bench.attempt_cost import attempt_costs
+from rl_daytona.cpu_floor import CpuFloor, cpu_floor
 from rl_daytona.types import Rollout, RolloutRequest, RolloutStatus, Settings
 
 
@@ -123,10 +124,10 @@ async def _run(cfg: RolloutBench, policy_url: str) -> dict[str, Any]:
     finally:
         pool_stats = await pool.shutdown.remote()
         await learner.close.remote()
-    cpu = sum(s.sandbox_cpu_seconds for s in actor_stats)
-    figures = _figures(timings, wall, cpu, pool_stats)
+    floor = cpu_floor(wall, actor_stats)
+    figures = _figures(timings, floor, pool_stats)
     figures["taskset"] = cfg.taskset
-    figures["per_attempt"] = attempt_costs([t[0] for t in timings], cpu)
+    figures["per_attempt"] = attempt_costs([t[0] for t in timings], floor.sandbox_cpu_seconds)
     figures["load_1m"] = {"mean": round(float(np.mean(loads or [0.0])), 2), "max": round(max(loads or [0.0]), 2)}
     per = {k: round(1000 * (cpu_after[k] - cpu_before[k]) / len(timings), 2) for k in cpu_after}
     figures["cpu_ms_per_rollout"] = per
@@ -216,8 +217,8 @@ async def _dispatch(fleet: Any, learner: Any, requests: list[RolloutRequest],
     return list(await asyncio.gather(*(one(r) for r in requests)))
 
 
-def _figures(timings: list[tuple[Rollout, float, float]], wall: float, cpu: float, pool_stats: Any) -> dict[str, Any]:
-    cores = os.cpu_count() or 1
+def _figures(timings: list[tuple[Rollout, float, float]], floor: CpuFloor, pool_stats: Any) -> dict[str, Any]:
+    wall, ratio = floor.wall_seconds, floor.ratio
     parts = {"ray": [t[1] for t in timings], "pool": [t[0].timings.claim for t in timings],
              "learner": [t[2] for t in timings]}
     overhead = {f"{name}_ms": {"mean": round(1000 * float(np.mean(v)), 2), "p50": round(1000 * float(np.median(v)), 2),
@@ -229,8 +230,8 @@ def _figures(timings: list[tuple[Rollout, float, float]], wall: float, cpu: floa
     return {
         "rollouts": len(timings), "wall_seconds": round(wall, 2),
         "rollouts_per_second": round(len(timings) / wall, 3) if wall else 0.0,
-        "sandbox_cpu_seconds": round(cpu, 2), "cores": cores,
-        "wall_over_cpu_floor": round(wall / (cpu / cores), 3) if cpu else None,
+        "sandbox_cpu_seconds": round(floor.sandbox_cpu_seconds, 2), "cores": floor.cores,
+        "wall_over_cpu_floor": round(ratio, 3) if ratio is not None else None,
         "overhead_latency_ms_per_rollout": round(sum(v["mean"] for v in overhead.values()), 2),
         "overhead_latency": overhead, "statuses": statuses,
         "pass_rate": round(sum(r.reward >= 1.0 for r in scored) / len(scored), 3) if scored else 0.0,
