@@ -284,7 +284,7 @@ def _new_decision(obs: Observation, draft: Draft, line: int, old: int, allowed: 
                      (_NEW["breaks_syntax"], float(syntax)), (_NEW["unknown_name"], float(unknown)),
                      (_NEW["no_change"], float(after == text)),
                      (_NEW["rebinds"], float(after != text and _rebinds(text, old, r)))])
-        hashes.append([(P.hashed("for", name, old, r), 1.0), (P.hashed("tor", stripped, old, r), 1.0)])
+        hashes.append([(P.hashed("for", name, old, r), P.NEW_GAIN), (P.hashed("tor", stripped, old, r), P.NEW_GAIN)])
         pairs.append([(old * P.N_FRAGMENTS + r, 1.0)])
     blocks = (sparse_block("pair_w", pairs), sparse_block("new_w", rows), sparse_block("new_hash", hashes))
     return Decision(allowed, blocks)

@@ -21,7 +21,7 @@ from rl_daytona.policy import params as P
 from rl_daytona.policy.features import Decision, decide
 from rl_daytona.policy.observe import Observation, observe, observe_turns
 
-STATE_FORMAT = "rl_daytona.builtin/1"
+STATE_FORMAT = "rl_daytona.builtin/2"  # /2: replacement keys valued params.NEW_GAIN
 
 
 @dataclass(frozen=True)

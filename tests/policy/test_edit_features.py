@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 
+import numpy as np
 import pytest
 
 from rl_daytona.policy import edit_features as E
@@ -166,3 +167,38 @@ def test_decisions_are_pure_functions_of_observation_and_prefix(contexts: dict[s
 def test_rebinds_marks_a_replacement_that_does_not_stay_one_subexpression(
         text: str, old: str, new: str, rebinds: bool) -> None:
     assert E._rebinds(text, _FRAG(old), _FRAG(new)) is rebinds
+
+
+def test_one_adam_step_moves_a_replacements_learned_logit_new_gain_times_faster(contexts: dict[str, list[int]]) -> None:
+    """The replacement keys are valued NEW_GAIN, the line keys 1: one Adam step of lr on a
+    reinforced edit raises the replacement's hashed logit by about 2 keys x NEW_GAIN x lr, and a
+    line's hashed logit by about 2 keys x lr (Adam's first step is ~lr per touched parameter)."""
+    from rl_daytona.policy.model import PolicyModel
+    from rl_daytona.policy.prior import initial_params
+
+    obs = observe(contexts["looked"])
+    line, old, new = 33, "max", "min"
+    new_prefix = _new_prefix(line, old)
+    line_prefix = EDIT
+    model, lr = PolicyModel(initial_params()), 0.2
+
+    def hashed_logit(prefix: list[int], param: str, token: int) -> float:
+        decision = _decide(obs, prefix)
+        block = next(b for b in decision.blocks if b.param == param)
+        j = decision.candidates.index(token)
+        return float((model.params[param].reshape(-1)[block.index[j]] * block.value[j]).sum())
+
+    new_token, line_token = V.NEW_IDS[_FRAG(new)], V.LINE_IDS[line - 1]
+    grads = {k: np.zeros_like(v) for k, v in model.params.items()}
+    for prefix, token in ((new_prefix, new_token), (line_prefix, line_token)):
+        decision = _decide(obs, prefix)
+        probs = np.exp(model._sampling_logprobs(decision, 1.0))
+        coef = -probs
+        coef[decision.candidates.index(token)] += 1.0
+        for block in decision.blocks:
+            np.add.at(grads[block.param].reshape(-1), block.index, -(coef[:, None] * block.value))
+    before = hashed_logit(new_prefix, "new_hash", new_token), hashed_logit(line_prefix, "line_hash", line_token)
+    model.apply_adam(grads, lr=lr)
+    after = hashed_logit(new_prefix, "new_hash", new_token), hashed_logit(line_prefix, "line_hash", line_token)
+    assert after[0] - before[0] == pytest.approx(2 * P.NEW_GAIN * lr, rel=1e-3)
+    assert after[1] - before[1] == pytest.approx(2 * lr, rel=1e-3)
