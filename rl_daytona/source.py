@@ -31,13 +31,24 @@ def requests_for(taskset: str, split: str | None, group: int, tag: str = "eval")
 
 def step_requests(instances: Sequence[Any], tasks_per_step: int, group: int, seed: int,
                   step: int) -> list[RolloutRequest]:
-    """A train step's groups: `tasks_per_step` instances drawn from `(seed, step)` (with
-    replacement only when there are fewer instances than that), `group` attempts each."""
-    rng = np.random.default_rng([seed, step])
-    picked = rng.choice(len(instances), size=tasks_per_step, replace=tasks_per_step > len(instances))
+    """A train step's groups: `tasks_per_step` instances, `group` attempts each.
+
+    The train split is read in epochs, as a dataset is: epoch e is a permutation of every
+    instance drawn from `(seed, e)`, and step s (from 0) takes slots s*k .. s*k+k-1 of the
+    concatenated epochs. So every instance is drawn once before any is drawn twice (with 24
+    instances and 8 per step, each once in every 3 steps), where independent draws per step
+    leave some instances, and the bugs only they hold, unseen for the first steps of a seed.
+    """
+    n = len(instances)
+    if n == 0:
+        raise ValueError("step_requests: the train split has no instances")
+    epochs: dict[int, np.ndarray] = {}
     out = []
-    for slot, index in enumerate(picked):
-        inst = instances[int(index)]
+    for slot in range(tasks_per_step):
+        epoch, position = divmod(step * tasks_per_step + slot, n)
+        if epoch not in epochs:
+            epochs[epoch] = np.random.default_rng([seed, epoch]).permutation(n)
+        inst = instances[int(epochs[epoch][position])]
         group_id = f"train{step}/{slot}/{inst.instance_id}"
         out += [RolloutRequest(rollout_id=f"{group_id}/{a}", task_id=inst.instance_id, group_id=group_id, attempt=a)
                 for a in range(group)]

@@ -37,6 +37,7 @@ from rl_daytona.policy import grammar as G
 from rl_daytona.policy.chat import SUBMIT_TEXT, CompletionMemo, encode_prompt
 from rl_daytona.policy.model import PolicyModel
 from rl_daytona.policy.prior import initial_params
+from rl_daytona.source import step_requests
 from rl_daytona.policy.training import TrainDatum, Trainer, completion_mask
 from rl_daytona.tasks import get_taskset as load_taskset
 from rl_daytona.tasks.verdict import GradeResult
@@ -159,7 +160,7 @@ def episode(model: PolicyModel, memo: CompletionMemo, instance, seed: int, max_t
                 {"id": call_id, "type": "function", "function": {"name": "bash", "arguments": json.dumps({"command": command})}}]})
             messages.append({"role": "tool", "tool_call_id": call_id, "content": run_command(root, command, limit)})
         grade = loop.run_until_complete(run.reward())
-        return grade.reward, record, len(record)
+        return grade.reward, record, len(record), grade.passed / max(grade.expected, 1)
     finally:
         loop.close()
         shutil.rmtree(root, ignore_errors=True)
@@ -181,9 +182,9 @@ def batch(model, memo, jobs, args):
     def one(job):
         inst, attempt, tag = job
         seed = (args.seed * 1_000_003 + tag * 7919 + zlib.crc32(inst.instance_id.encode()) % 100_003 * 13 + attempt) % (1 << 63)
-        reward, record, turns = episode(model, memo, inst, seed, args.max_turns or settings.max_turns,
-                                        settings.output_limit)
-        return inst.instance_id, reward, record, turns
+        reward, record, turns, share = episode(model, memo, inst, seed, args.max_turns or settings.max_turns,
+                                               settings.output_limit)
+        return inst.instance_id, reward, record, turns, share
 
     with ThreadPoolExecutor(args.workers) as pool:
         return list(pool.map(one, jobs))
@@ -192,7 +193,11 @@ def batch(model, memo, jobs, args):
 def evaluate(model, memo, heldout, args, tag) -> tuple[float, int]:
     jobs = [(inst, a, tag) for inst in heldout for a in range(args.eval_group)]
     results = batch(model, memo, jobs, args)
-    return float(np.mean([r for _, r, _, _ in results])), len(results)
+    per = {inst.instance_id: [r for iid, r, *_ in results if iid == inst.instance_id] for inst in heldout}
+    share = np.mean([s for *_, s in results])
+    print("  heldout by instance:", " ".join(f"{k.split('=')[-1].rstrip(']')}:{np.mean(v):.2f}" for k, v in per.items()),
+          f"| tests passed {share:.2f} | turns {np.mean([t for *_, t, _ in results]):.1f}", flush=True)
+    return float(np.mean([r for _, r, *_ in results])), len(results)
 
 
 def main() -> None:
@@ -214,28 +219,30 @@ def main() -> None:
     train, heldout = taskset.split("train"), taskset.split("heldout")
     model, memo = PolicyModel(initial_params()), CompletionMemo()
     trainer = Trainer(model)
-    rng = np.random.default_rng(args.seed)
     started = time.time()
     rate, n = evaluate(model, memo, heldout, args, 0)
     curve = [(0, rate)]
     print(f"step 0 heldout {rate:.3f} ({n}) ({time.time() - started:.0f}s)", flush=True)
     for step in range(1, args.steps + 1):
-        picked = [train[i] for i in rng.choice(len(train), size=args.tasks_per_step, replace=False)]
-        results = batch(model, memo, [(inst, a, step * 131) for inst in picked for a in range(args.group)], args)
+        requests = step_requests(train, args.tasks_per_step, 1, args.seed, step - 1)  # as `rl-daytona train` draws
+        by_id = {inst.instance_id: inst for inst in train}
+        picked = [by_id[r.task_id] for r in requests]
+        jobs = [(inst, a, slot) for slot, inst in enumerate(picked) for a in range(args.group)]
+        results = batch(model, memo, [(inst, a + 100 * slot, step * 131) for inst, a, slot in jobs], args)
         datums, mixed = [], 0
-        for inst in picked:
-            group = [(r, rec) for iid, r, rec, _ in results if iid == inst.instance_id]
+        for slot, inst in enumerate(picked):
+            group = [(r, rec) for (iid, r, rec, *_), (_, _, s) in zip(results, jobs) if s == slot]
             rewards = np.array([r for r, _ in group])
             if rewards.min() == rewards.max():
                 continue
             mixed += 1
             datums += [datum_of(rec, a) for (_, rec), a in zip(group, rewards - rewards.mean())]
-        turns = np.mean([t for *_, t in results])
+        turns = np.mean([t for *_, t, _ in results])
         if datums:
             trainer.forward_backward(datums, "importance_sampling")
             trainer.optim_step({"learning_rate": args.lr, "beta1": 0.9, "beta2": args.beta2, "eps": 1e-12,
                                 "weight_decay": 0.0})
-        line = (f"step {step} train {np.mean([r for _, r, _, _ in results]):.3f} mixed {mixed}/{len(picked)} "
+        line = (f"step {step} train {np.mean([r for _, r, *_ in results]):.3f} mixed {mixed}/{len(picked)} "
                 f"turns {turns:.1f}")
         if step == args.steps or (args.eval_every and step % args.eval_every == 0):
             rate, n = evaluate(model, memo, heldout, args, step)
