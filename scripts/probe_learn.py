@@ -36,6 +36,7 @@ from rl_daytona.agent import BASH_TOOL, SYSTEM_PROMPT, truncate_output  # noqa: 
 from rl_daytona.policy import grammar as G
 from rl_daytona.policy.chat import SUBMIT_TEXT, CompletionMemo, encode_prompt
 from rl_daytona.policy.model import PolicyModel
+from rl_daytona.policy import prior
 from rl_daytona.policy.prior import initial_params
 from rl_daytona.source import step_requests
 from rl_daytona.policy.training import TrainDatum, Trainer, completion_mask
@@ -195,6 +196,10 @@ def evaluate(model, memo, heldout, args, tag) -> tuple[float, int]:
     results = batch(model, memo, jobs, args)
     per = {inst.instance_id: [r for iid, r, *_ in results if iid == inst.instance_id] for inst in heldout}
     share = np.mean([s for *_, s in results])
+    for iid, reward, record, _, _ in [r for r in results if r[1] < 1.0][:getattr(args, "show", 0)]:
+        print(f"  -- failed {iid}:")
+        for _, ids, _ in record:
+            print("     ", G.render(ids) if not (G.is_complete(ids) and ids[0] == G.V.SUBMIT) else "<submit>")
     print("  heldout by instance:", " ".join(f"{k.split('=')[-1].rstrip(']')}:{np.mean(v):.2f}" for k, v in per.items()),
           f"| tests passed {share:.2f} | turns {np.mean([t for *_, t, _ in results]):.1f}", flush=True)
     return float(np.mean([r for _, r, *_ in results])), len(results)
@@ -212,9 +217,13 @@ def main() -> None:
     parser.add_argument("--beta2", type=float, default=0.95)
     parser.add_argument("--max-turns", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--give-up", type=int, default=0, help="the prior's give-up turn (default: prior.GIVE_UP_TURN)")
+    parser.add_argument("--show", type=int, default=0, help="print the commands of this many failed held-out attempts per eval")
     parser.add_argument("--workers", type=int, default=4)
     args = parser.parse_args()
 
+    if args.give_up:
+        prior.GIVE_UP_TURN = args.give_up
     taskset = load_taskset(args.taskset)
     train, heldout = taskset.split("train"), taskset.split("heldout")
     model, memo = PolicyModel(initial_params()), CompletionMemo()

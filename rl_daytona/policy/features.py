@@ -41,7 +41,7 @@ def verb_context(obs: Observation) -> np.ndarray:
         "failing_but_unmapped": failing and obs.source_seen and not obs.failing_functions,
         "broken": obs.broken, "last_failed": obs.last_failed,
         "source_but_no_tests": obs.source_seen and not obs.tests_run, "no_files_known": not obs.sources,
-        f"turn_{min(obs.turn, 7)}": True, f"last_{_verb_class(obs.last_verb)}": True,
+        f"turn_{min(obs.turn, P.MAX_TURN_FEATURE)}": True, f"last_{_verb_class(obs.last_verb)}": True,
     }
     for name, on in flags.items():
         c[P.VERB_CONTEXT.index(name)] = float(on)

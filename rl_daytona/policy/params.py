@@ -13,6 +13,7 @@ from rl_daytona.policy import grammar as G
 from rl_daytona.policy import vocab as V
 
 HASH_SIZE = 1 << 15
+MAX_TURN_FEATURE = 15  # turn_0 .. turn_15; a later turn shares turn_15
 # The value of the hashed (function | line text, old, new) keys scoring a replacement. Adam
 # moves a parameter by about lr per step whatever its gradient's scale, so one step moves a
 # replacement's learned logit by NEW_GAIN x lr and the generic weights by lr: which fix suits
@@ -26,7 +27,7 @@ SLOTS: tuple[str, ...] = ("count", "range_a", "range_b", "flag", "suffix")
 VERB_CONTEXT: tuple[str, ...] = (
     "bias", "no_tests_yet", "no_source", "can_edit", "all_passed", "edited_since_test",
     "failing_but_unmapped", "broken", "last_failed", "source_but_no_tests", "no_files_known",
-    *(f"turn_{i}" for i in range(8)),
+    *(f"turn_{i}" for i in range(MAX_TURN_FEATURE + 1)),
     "last_none", "last_pytest", "last_view", "last_edit", "last_other",
 )
 LINE_FEATURES: tuple[str, ...] = (

@@ -30,9 +30,9 @@ VERB_PRIOR: dict[str, dict[str, float]] = {
     "failing_but_unmapped": {"cat ": 2, "nl -ba ": 2},
     "source_but_no_tests": {V.QUICK_TEST: 4},
     "no_files_known": {V.LOOK_VERB: 4},
-    # Give up after a few tries: every turn costs a test run and its output's tokens.
-    "turn_5": {"<submit>": 7}, "turn_6": {"<submit>": 10}, "turn_7": {"<submit>": 16},
 }
+# Give up after GIVE_UP_TURN turns: every turn costs a test run and its output's tokens.
+GIVE_UP_TURN = 11
 SLOT_PRIOR: dict[str, dict[str, float]] = {
     "flag": {"flag:/": 4, "flag:/2": 0.5, "flag:/g": -1},
     "suffix": {V.EDIT_SUFFIXES[0]: 4, V.EDIT_SUFFIXES[1]: -1},
@@ -79,8 +79,18 @@ def _fill(vector: np.ndarray, names: tuple[str, ...], values: dict[str, float], 
         vector[names.index(name)] = value * scale
 
 
+def give_up_prior(turn: int) -> dict[str, dict[str, float]]:
+    """`<submit>` likelier over the two turns before `turn`, all but certain from it on."""
+    out = {f"turn_{turn - 2}": {"<submit>": 7.0}, f"turn_{turn - 1}": {"<submit>": 10.0}}
+    out.update({f"turn_{t}": {"<submit>": 16.0} for t in range(turn, P.MAX_TURN_FEATURE + 1)})
+    return out
+
+
 def _verb_weights() -> np.ndarray:
     w = np.zeros(P.SHAPES["verb_w"])
+    for context, columns in give_up_prior(GIVE_UP_TURN).items():
+        for verb, value in columns.items():
+            w[P.VERB_CONTEXT.index(context), G.VERB_CHOICES.index(V.piece_id(verb))] = value
     for context, columns in VERB_PRIOR.items():
         for verb, value in columns.items():
             w[P.VERB_CONTEXT.index(context), G.VERB_CHOICES.index(V.piece_id(verb))] = value
