@@ -82,7 +82,7 @@ def message_ids(message: Mapping[str, Any], memo: CompletionMemo | None = None) 
         raise ChatFormatError(f"unknown message role {role!r} (expected one of {', '.join(ROLES)})")
     if role == "assistant":
         return [V.ASSISTANT, *assistant_ids(message, memo)]
-    return [V.ROLE_MARKERS[role], *V.encode_bytes(message_text(message.get("content")))]
+    return [V.ROLE_MARKERS[role], *V.encode_text(message_text(message.get("content")))]
 
 
 def encode_prompt(messages: Sequence[Mapping[str, Any]], memo: CompletionMemo | None = None) -> list[int]:

@@ -126,3 +126,23 @@ def test_a_cut_off_completion_keeps_the_prefix_property() -> None:
     prompt = C.encode_prompt(follow_up, service.memo)
     head = list(done.prompt_ids) + list(choice.token_ids)
     assert prompt[: len(head)] == head
+
+
+def test_text_pieces_change_the_token_count_not_what_the_policy_sees(tmp_path) -> None:
+    """The same transcript spelled in bytes only: the same observation, the same samples."""
+    import numpy as np
+
+    from rl_daytona.policy.model import PolicyModel
+    from rl_daytona.policy.observe import observe
+    from tests.policy.transcripts import CalcShell, Chat
+
+    chat, shell = Chat(), CalcShell(tmp_path, 9)
+    chat.run(V.LOOK_VERB, shell)
+    chat.run("f=calc.py; sed -i '13s/ + / - /' \"$f\"" + V.EDIT_SUFFIXES[0], shell)
+    ids = chat.prompt_ids()
+    spelled = [b for t in ids for b in (V.encode_bytes(V.token_text(t)) if t >= V.TEXT_OFFSET else [t])]
+    assert len(ids) < 0.75 * len(spelled) and any(t >= V.TEXT_OFFSET for t in ids)
+    assert observe(ids) == observe(spelled)
+    model = PolicyModel()
+    for seed in range(5):
+        assert model.sample(ids, np.random.default_rng(seed)) == model.sample(spelled, np.random.default_rng(seed))

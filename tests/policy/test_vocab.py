@@ -9,11 +9,13 @@ import pytest
 from rl_daytona.policy import vocab as V
 
 
-def test_layout_specials_then_pieces_then_256_bytes() -> None:
+def test_layout_specials_then_pieces_then_256_bytes_then_text_pieces() -> None:
     assert [V.PIECES[i].name for i in range(len(V.SPECIALS))] == list(V.SPECIALS)
     assert (V.SYSTEM, V.USER, V.ASSISTANT, V.TOOL, V.EOC, V.SUBMIT) == tuple(range(6))
     assert [p.id for p in V.PIECES] == list(range(len(V.PIECES)))
-    assert V.BYTE_OFFSET == len(V.PIECES) and V.VOCAB_SIZE == V.BYTE_OFFSET + 256
+    assert V.BYTE_OFFSET == len(V.PIECES) and V.TEXT_OFFSET == V.BYTE_OFFSET + 256
+    assert V.VOCAB_SIZE == V.TEXT_OFFSET + len(V.TEXT_PIECES) and len(set(V.TEXT_PIECES)) == len(V.TEXT_PIECES)
+    assert all(len(t) >= 2 and t.isascii() for t in V.TEXT_PIECES)  # a one-character piece would save nothing
     assert set(V.ROLE_MARKERS) == {"system", "user", "assistant", "tool"}
 
 
@@ -52,6 +54,28 @@ def test_byte_tokens_round_trip_any_text(text: str) -> None:
     assert b"".join(bytes(V.token_bytes(t)) for t in ids) == text.encode("utf-8")
     # piece ids inside a run are skipped
     assert V.decode_bytes([V.TOOL, *ids, V.EOC]) == text
+
+
+@pytest.mark.parametrize("text", ["", "plain ascii", "tab\tand\nnewline", "héllo ✓ 日本", "\x00\xff",
+                                  "def f(xs):\n    return len(xs) - 1\n", "FAILED tests/test_a.py::test_b\n3 failed"])
+def test_text_the_policy_reads_round_trips_in_fewer_tokens(text: str) -> None:
+    ids = V.encode_text(text)
+    assert all(V.BYTE_OFFSET <= t < V.VOCAB_SIZE for t in ids)
+    assert V.decode_bytes([V.TOOL, *ids, V.EOC]) == text
+    assert b"".join(bytes(V.token_bytes(t)) for t in ids) == text.encode("utf-8")
+    assert len(ids) <= len(text.encode("utf-8"))
+    assert "".join(V.token_text(t) for t in ids if t >= V.TEXT_OFFSET or t - V.BYTE_OFFSET < 128) == \
+        "".join(c for c in text if c.isascii())
+
+
+def test_a_source_listing_takes_about_half_the_tokens() -> None:
+    from importlib import resources
+
+    source = resources.files("rl_daytona.tasks.calc").joinpath("files/calc.py").read_text()
+    ids = V.encode_text(source)
+    assert V.decode_bytes(ids) == source and len(ids) < 0.6 * len(source.encode("utf-8"))
+    assert V.encode_text("    return x") == [V.TEXT_OFFSET + V.TEXT_PIECES.index("    "),
+                                              V.TEXT_OFFSET + V.TEXT_PIECES.index("return "), V.BYTE_OFFSET + ord("x")]
 
 
 def test_token_text_and_bytes_of_pieces() -> None:
