@@ -32,7 +32,7 @@ VERB_PRIOR: dict[str, dict[str, float]] = {
     "no_files_known": {V.LOOK_VERB: 4},
 }
 # Give up after GIVE_UP_TURN turns: every turn costs a test run and its output's tokens.
-GIVE_UP_TURN = 11
+GIVE_UP_TURN = 7
 SLOT_PRIOR: dict[str, dict[str, float]] = {
     "flag": {"flag:/": 4, "flag:/2": 0.5, "flag:/g": -1},
     "suffix": {V.EDIT_SUFFIXES[0]: 4, V.EDIT_SUFFIXES[1]: -1},
