@@ -2,6 +2,7 @@
 # Creates .venv with the pinned dependencies and the project installed (idempotent).
 # Installs with uv (pinned below; fetched from the package registry by pip) because it installs
 # the ~60 pinned wheels in seconds where pip takes over a minute; falls back to pip if uv cannot.
+# --compile-bytecode as pip does: every sandboxed pytest would otherwise compile pytest again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -12,7 +13,7 @@ export UV_LINK_MODE=copy  # the uv cache and .venv may sit on different filesyst
 with_uv() {
   { [ -x .venv/bin/uv ] && [ "$(.venv/bin/uv --version 2>/dev/null)" = "uv $UV_VERSION" ]; } ||
     .venv/bin/python -m pip install -q --disable-pip-version-check "uv==$UV_VERSION" || return 1
-  .venv/bin/uv pip install -q --python .venv/bin/python -r requirements.lock &&
+  .venv/bin/uv pip install -q --compile-bytecode --python .venv/bin/python -r requirements.lock &&
     .venv/bin/uv pip install -q --python .venv/bin/python --no-deps -e .
 }
 with_pip() {
