@@ -18,7 +18,6 @@ import asyncio
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,12 +28,15 @@ from typing import Any
 
 import numpy as np
 
-from rl_daytona.agent import BASH_TOOL, SYSTEM_PROMPT, truncate_output
+from rl_daytona.agent import BASH_TOOL, SYSTEM_PROMPT
 from rl_daytona.policy import grammar as G
 from rl_daytona.policy.chat import SUBMIT_TEXT, CompletionMemo, encode_prompt
 from rl_daytona.policy.model import PolicyModel
 from rl_daytona.tasks.calc import bugs
 from rl_daytona.types import Settings
+
+sys.path.insert(0, str(Path(__file__).parent))
+import probe_learn  # noqa: E402  (its memoised command runner)
 
 FILES = Path(bugs.__file__).parent / "files"
 PROMPT = ("The tests in test_calc.py fail. Fix the bugs in calc.py so every test passes. "
@@ -43,47 +45,16 @@ ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PA
        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # as in the sandbox's clean env
 
 
-_CACHE: dict[tuple[str, ...], tuple[str, dict[str, str]]] = {}
-
-
-def _snapshot(workdir: Path) -> dict[str, str]:
-    return {p.name: p.read_text(errors="replace") for p in sorted(workdir.iterdir()) if p.is_file()}
-
-
 def run_command(workdir: Path, command: str, limit: int = 4000) -> str:
-    """`_run_command`, memoised on (workspace files, command): the grammar's commands are
-    deterministic functions of the files (pytest's own timing line aside), and most episodes
-    start by running the same tests on the same source, so the probe skips re-running them."""
-    before = _snapshot(workdir)
-    key = (command, *(f"{k}\0{v}" for k, v in before.items()))
-    hit = _CACHE.get(key)
-    if hit is None:
-        out = _run_command(workdir, command, limit)
-        hit = _CACHE[key] = (out, _snapshot(workdir))
-        return out
-    out, after = hit
-    for name in set(before) - set(after):
-        (workdir / name).unlink()
-    for name, text in after.items():
-        if before.get(name) != text:
-            (workdir / name).write_text(text)
-    return out
+    """A command in the workspace, memoised on (workspace files, command) by probe_learn's runner:
+    most episodes start by running the same tests on the same source."""
+    return probe_learn.run_command(workdir, command, limit)
 
 
 def _run_command(workdir: Path, command: str, limit: int = 4000) -> str:
-    child = subprocess.Popen(["sh", "-c", command], cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=ENV, start_new_session=True)
-    try:
-        stdout, stderr = child.communicate(timeout=20)
-    except subprocess.TimeoutExpired:  # an edit can make a test loop forever; the sandbox kills it too
-        os.killpg(child.pid, signal.SIGKILL)  # the whole group: pytest under sh as well
-        child.communicate()
-        return "command timed out\n[exit code 124]"
-    proc = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
-    out = proc.stdout if not proc.stderr else f"{proc.stdout}{'' if proc.stdout.endswith(chr(10)) else chr(10)}{proc.stderr}"
-    if not proc.stdout:
-        out = proc.stderr
-    return f"{truncate_output(out, limit)}\n[exit code {proc.returncode}]"
+    """One command under `sh -c`, unmemoised (probe_learn's runner: its process group is killed
+    after 20 s, as the sandbox would)."""
+    return probe_learn._run(workdir, command, limit)
 
 
 def seed_workspace(variant: int) -> Path:
