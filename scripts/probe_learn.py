@@ -218,12 +218,16 @@ def main() -> None:
     parser.add_argument("--max-turns", type=int, default=0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--give-up", type=int, default=0, help="the prior's give-up turn (default: prior.GIVE_UP_TURN)")
+    parser.add_argument("--stop-turn", type=int, default=0, help="the prior's last turn even when progressing (default: prior.STOP_TURN)")
     parser.add_argument("--show", type=int, default=0, help="print the commands of this many failed held-out attempts per eval")
+    parser.add_argument("--save", default="", help="save the trained policy here (PolicyModel.save)")
     parser.add_argument("--workers", type=int, default=4)
     args = parser.parse_args()
 
     if args.give_up:
         prior.GIVE_UP_TURN = args.give_up
+    if args.stop_turn:
+        prior.STOP_TURN = args.stop_turn
     taskset = load_taskset(args.taskset)
     train, heldout = taskset.split("train"), taskset.split("heldout")
     model, memo = PolicyModel(initial_params()), CompletionMemo()
@@ -259,6 +263,8 @@ def main() -> None:
             line += f" heldout {rate:.3f}"
         print(f"{line} ({time.time() - started:.0f}s)", flush=True)
     print("curve", " ".join(f"{s}:{r:.3f}" for s, r in curve))
+    if args.save:
+        model.save(args.save)
 
 
 if __name__ == "__main__":

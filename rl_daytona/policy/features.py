@@ -42,6 +42,7 @@ def verb_context(obs: Observation) -> np.ndarray:
         "broken": obs.broken, "last_failed": obs.last_failed,
         "source_but_no_tests": obs.source_seen and not obs.tests_run, "no_files_known": not obs.sources,
         f"turn_{min(obs.turn, P.MAX_TURN_FEATURE)}": True, f"last_{_verb_class(obs.last_verb)}": True,
+        "progressing": obs.progressing,
     }
     for name, on in flags.items():
         c[P.VERB_CONTEXT.index(name)] = float(on)

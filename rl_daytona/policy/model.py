@@ -21,7 +21,7 @@ from rl_daytona.policy import params as P
 from rl_daytona.policy.features import Decision, decide
 from rl_daytona.policy.observe import Observation, observe, observe_turns
 
-STATE_FORMAT = "rl_daytona.builtin/3"  # /2: replacement keys valued params.NEW_GAIN; /3: turn_0..turn_15
+STATE_FORMAT = "rl_daytona.builtin/4"  # /2: replacement keys valued params.NEW_GAIN; /3: turn_0..turn_15; /4: progressing
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,7 @@ class Observation:
     all_passed: bool = False
     broken: bool = False
     edited_since_test: bool = False
+    progressing: bool = False  # a test run within the last two set a new low of failing tests
     lines: dict[int, str] = field(default_factory=dict)
     original: dict[int, str] = field(default_factory=dict)
     bad_texts: frozenset[tuple[int, str]] = frozenset()
@@ -158,6 +159,7 @@ class Replay:
         self.turn, self.last_verb, self.last_failed = 0, -1, False
         self.result: pytest_output.TestResult | None = None
         self.edited_since_test = False
+        self.failed_counts: list[int] = []  # failing tests per readable (not broken) run
         self.files: dict[str, _File] = {}
         self.known: list[str] = []
         self.pending: Command | None = None
@@ -235,6 +237,8 @@ class Replay:
         if result.broken and self.result is not None:  # a collection error names no test: keep the last ones
             result = replace(result, failing=self.result.failing)
         self.result, self.edited_since_test = result, False
+        if not result.broken:
+            self.failed_counts.append(result.failed)
         for belief in self.files.values():
             functions = parse_functions(belief.lines)
             failing = failing_functions(result.failing, functions)
@@ -251,9 +255,19 @@ class Replay:
             turn=self.turn, last_verb=self.last_verb, last_failed=self.last_failed,
             tests_run=self.result is not None, failing_tests=result.failing,
             all_passed=result.all_passed, broken=result.broken,
-            edited_since_test=self.edited_since_test, files=tuple(self.known), beliefs=beliefs,
+            edited_since_test=self.edited_since_test, progressing=progressing(self.failed_counts),
+            files=tuple(self.known), beliefs=beliefs,
         )
         return obs.for_path(_focus(beliefs, self.known))
+
+
+def progressing(failed_counts: list[int]) -> bool:
+    """Whether one of the last two test runs failed fewer tests than every run before it
+    (and some still fail): the edits are getting somewhere, so more turns are worth their cost."""
+    for last in (len(failed_counts) - 1, len(failed_counts) - 2):
+        if last >= 1 and failed_counts[-1] > 0 and failed_counts[last] < min(failed_counts[:last]):
+            return True
+    return False
 
 
 def _focus(beliefs: dict[str, FileBelief], known: list[str]) -> str:

@@ -28,7 +28,7 @@ VERB_CONTEXT: tuple[str, ...] = (
     "bias", "no_tests_yet", "no_source", "can_edit", "all_passed", "edited_since_test",
     "failing_but_unmapped", "broken", "last_failed", "source_but_no_tests", "no_files_known",
     *(f"turn_{i}" for i in range(MAX_TURN_FEATURE + 1)),
-    "last_none", "last_pytest", "last_view", "last_edit", "last_other",
+    "last_none", "last_pytest", "last_view", "last_edit", "last_other", "progressing",
 )
 LINE_FEATURES: tuple[str, ...] = (
     "in_failing_fn", "in_passing_fn", "outside_fn", "is_def", "is_return", "dirty_bad",

@@ -30,9 +30,12 @@ VERB_PRIOR: dict[str, dict[str, float]] = {
     "failing_but_unmapped": {"cat ": 2, "nl -ba ": 2},
     "source_but_no_tests": {V.QUICK_TEST: 4},
     "no_files_known": {V.LOOK_VERB: 4},
+    "progressing": {"<submit>": -14},
 }
-# Give up after GIVE_UP_TURN turns: every turn costs a test run and its output's tokens.
+# Give up after GIVE_UP_TURN turns (every turn costs a test run and its output's tokens),
+# unless the last test runs are still cutting the failures ("progressing"); never past STOP_TURN.
 GIVE_UP_TURN = 7
+STOP_TURN = 11
 SLOT_PRIOR: dict[str, dict[str, float]] = {
     "flag": {"flag:/": 4, "flag:/2": 0.5, "flag:/g": -1},
     "suffix": {V.EDIT_SUFFIXES[0]: 4, V.EDIT_SUFFIXES[1]: -1},
@@ -79,10 +82,12 @@ def _fill(vector: np.ndarray, names: tuple[str, ...], values: dict[str, float], 
         vector[names.index(name)] = value * scale
 
 
-def give_up_prior(turn: int) -> dict[str, dict[str, float]]:
-    """`<submit>` likelier over the two turns before `turn`, all but certain from it on."""
+def give_up_prior(turn: int, stop: int | None = None) -> dict[str, dict[str, float]]:
+    """`<submit>` likelier over the two turns before `turn` and all but certain from it on,
+    unless progressing (which outweighs it), and certain from `stop` on whatever happens."""
+    stop = max(turn, STOP_TURN if stop is None else stop)
     out = {f"turn_{turn - 2}": {"<submit>": 7.0}, f"turn_{turn - 1}": {"<submit>": 10.0}}
-    out.update({f"turn_{t}": {"<submit>": 16.0} for t in range(turn, P.MAX_TURN_FEATURE + 1)})
+    out.update({f"turn_{t}": {"<submit>": 16.0 if t < stop else 30.0} for t in range(turn, P.MAX_TURN_FEATURE + 1)})
     return out
 
 

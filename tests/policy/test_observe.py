@@ -175,7 +175,7 @@ def test_a_scripted_episode_tracks_lines_failures_and_bad_edits(tmp_path: Path) 
     assert [fn.start for fn in obs.functions] == sorted(defs)
     median = next(fn for fn in obs.functions if fn.name == "median")
     assert obs.function_at(11) == median and obs.function_at(13) == median and obs.function_at(2) is None
-    assert obs.bad_texts == frozenset()
+    assert obs.bad_texts == frozenset() and not obs.progressing  # one run: nothing to compare
 
     # an edit inside median that does not fix it: the new line 13 is judged bad
     out = chat.run(EDIT_NOT_FIXING_MEDIAN, shell)
@@ -186,6 +186,7 @@ def test_a_scripted_episode_tracks_lines_failures_and_bad_edits(tmp_path: Path) 
     assert (13, actual[13]) in obs.bad_texts and obs.is_dirty_bad(13)
     assert all(line == 13 for line, _ in obs.bad_texts)
     assert not obs.is_dirty_bad(11) and obs.failing_functions == {"median", "percentile"}
+    assert not obs.progressing  # 3 failing, then 3 again
 
     # fix median's parity and revert line 13: median passes, nothing new is bad
     chat.run("f=calc.py; sed -i '11s/ == / != /;13s/ \\/\\/ / \\/ /' \"$f\"" + V.EDIT_SUFFIXES[0], shell)
@@ -194,16 +195,27 @@ def test_a_scripted_episode_tracks_lines_failures_and_bad_edits(tmp_path: Path) 
     assert obs.failing_functions == {"percentile"} and obs.failing_tests == ("test_percentile_interpolates",)
     assert not obs.is_dirty_bad(11) and not obs.is_dirty_bad(13)
     assert (13, actual[13]) in obs.bad_texts  # the old verdict is kept for that text
+    assert obs.progressing  # 3, 3, then 1 failing: a new low
 
     # an edit without tests: known to be untested
     chat.run("f=calc.py; sed -i '41s/ - / + /' \"$f\"", shell)
     obs = O.observe(chat.prompt_ids())
     assert obs.edited_since_test and obs.lines == _shown(shell) and not obs.all_passed
+    assert obs.progressing  # the new low was one of the last two runs
 
     chat.run(V.PYTEST_COMPACT, shell)
     obs = O.observe(chat.prompt_ids())
     assert obs.all_passed and not obs.failing_tests and not obs.failing_functions
     assert not obs.edited_since_test and not obs.last_failed and obs.turn == 5
+    assert not obs.progressing  # nothing left to fix
+
+
+@pytest.mark.parametrize(("counts", "expected"), [
+    ([], False), ([3], False), ([3, 3], False), ([3, 2], True), ([3, 2, 2], True), ([3, 2, 2, 2], False),
+    ([3, 4, 2], True), ([2, 3, 3], False), ([3, 1, 0], False), ([5, 1, 3, 1], False), ([5, 4, 3, 3], True),
+])
+def test_progressing_means_a_new_low_of_failures_in_the_last_two_runs(counts: list[int], expected: bool) -> None:
+    assert O.progressing(counts) is expected
 
 
 def test_an_edit_that_breaks_collection_marks_the_changed_line_bad(tmp_path: Path) -> None:

@@ -40,17 +40,22 @@ def test_the_prior_starts_by_testing_or_reading_and_submits_once_everything_pass
 
 
 def test_the_prior_keeps_searching_until_its_give_up_turn_then_submits() -> None:
-    from rl_daytona.policy.prior import GIVE_UP_TURN, give_up_prior
+    from rl_daytona.policy.prior import GIVE_UP_TURN, STOP_TURN, give_up_prior
 
     w = initial_params()["verb_w"]
     submit, edit = G.VERB_CHOICES.index(V.SUBMIT), G.VERB_CHOICES.index(V.piece_id(V.EDIT_VERB))
 
-    def logits(turn: int) -> np.ndarray:  # failing tests, the source read: an edit is possible
+    def logits(turn: int, progressing: bool = False) -> np.ndarray:  # failing tests, the source read
         context = np.zeros(len(P.VERB_CONTEXT))
-        for name in ("bias", "can_edit", "last_pytest", f"turn_{min(turn, P.MAX_TURN_FEATURE)}"):
+        names = ["bias", "can_edit", "last_pytest", f"turn_{min(turn, P.MAX_TURN_FEATURE)}"]
+        for name in names + (["progressing"] if progressing else []):
             context[P.VERB_CONTEXT.index(name)] = 1.0
         return context @ w
 
+    assert GIVE_UP_TURN < STOP_TURN <= P.MAX_TURN_FEATURE
     assert all(logits(t)[edit] > logits(t)[submit] + 5 for t in range(1, GIVE_UP_TURN - 2))
     assert all(logits(t)[submit] > logits(t)[edit] for t in range(GIVE_UP_TURN, 40))  # later turns share turn_15
+    # still cutting the failures: keep going past the give-up turn, but never past STOP_TURN
+    assert all(logits(t, True)[edit] > logits(t, True)[submit] + 5 for t in range(1, STOP_TURN))
+    assert all(logits(t, True)[submit] > logits(t, True)[edit] + 5 for t in range(STOP_TURN, 40))
     assert set(give_up_prior(5)) == {f"turn_{t}" for t in range(3, P.MAX_TURN_FEATURE + 1)}
