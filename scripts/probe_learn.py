@@ -220,12 +220,15 @@ def main() -> None:
     parser.add_argument("--give-up", type=int, default=0, help="the prior's give-up turn (default: prior.GIVE_UP_TURN)")
     parser.add_argument("--stop-turn", type=int, default=0, help="the prior's last turn even when progressing (default: prior.STOP_TURN)")
     parser.add_argument("--show", type=int, default=0, help="print the commands of this many failed held-out attempts per eval")
+    parser.add_argument("--sharpness", type=float, default=0, help="prior.SHARPNESS (default: as committed)")
     parser.add_argument("--save", default="", help="save the trained policy here (PolicyModel.save)")
     parser.add_argument("--workers", type=int, default=4)
     args = parser.parse_args()
 
     if args.give_up:
         prior.GIVE_UP_TURN = args.give_up
+    if args.sharpness:
+        prior.SHARPNESS = args.sharpness
     if args.stop_turn:
         prior.STOP_TURN = args.stop_turn
     taskset = load_taskset(args.taskset)

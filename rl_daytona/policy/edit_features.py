@@ -22,7 +22,7 @@ from rl_daytona.policy import grammar as G
 from rl_daytona.policy import params as P
 from rl_daytona.policy import vocab as V
 from rl_daytona.policy.decision import Decision, sparse_block
-from rl_daytona.policy.observe import Function, Observation, apply_substitution
+from rl_daytona.policy.observe import Function, Observation, apply_substitution, code_key, same_code
 
 SLOTS = ("edit_line", "old", "new", "flag", "sep")
 _OLD = {name: i for i, name in enumerate(P.OLD_FEATURES)}
@@ -159,7 +159,7 @@ def _record(draft: Draft, obs: Observation, sub: G.Substitution) -> None:
         return
     after = apply_substitution(before, sub)
     draft.working[sub.line] = after
-    if after == obs.original.get(sub.line) and before != after:
+    if before != after and same_code(after, obs.original.get(sub.line)):
         draft.reverted.add(sub.line)
         return
     draft.tried_lines.add(sub.line)
@@ -200,7 +200,7 @@ def _line_features(obs: Observation, draft: Draft, n: int) -> tuple[dict[str, fl
     text = draft.working.get(n, "")
     fn = obs.function_at(n)
     failing = fn is not None and fn.name in obs.failing_functions
-    changed = n in obs.original and text != obs.original[n]
+    changed = n in obs.original and not same_code(text, obs.original[n])
     frags = fragments_on(text)
     features = {
         "in_failing_fn": failing, "in_passing_fn": fn is not None and not failing,
@@ -239,8 +239,16 @@ def _calls_any(body: str, names: tuple[str, ...]) -> bool:
 def _function_dirty(obs: Observation, draft: Draft, fn: Function | None) -> bool:
     if fn is None:
         return False
-    return any(obs.original[n] != draft.working.get(n) for n in range(fn.start, fn.end + 1)
+    return any(not same_code(obs.original[n], draft.working.get(n)) for n in range(fn.start, fn.end + 1)
                if n in obs.original)
+
+
+def _puts_back(results: tuple[str, ...], original: str | None) -> bool:
+    """Whether one of the replacement results is the original line's code again."""
+    if original is None:
+        return False
+    key = code_key(original)
+    return original in results or any(code_key(r) == key for r in results)
 
 
 def _old_decision(obs: Observation, draft: Draft, line: int, allowed: tuple[int, ...]) -> Decision:
@@ -254,8 +262,8 @@ def _old_decision(obs: Observation, draft: Draft, line: int, allowed: tuple[int,
     rows, hashes, biases = [], [], []
     for token in candidates:
         o = V.fragment_of(token)
-        revertible = bad and (obs.original.get(line) in replaced(text, o)
-                              or occurrences(text, o) > 1 and obs.original.get(line) in replaced_second(text, o))
+        revertible = bad and (_puts_back(replaced(text, o), obs.original.get(line))
+                              or occurrences(text, o) > 1 and _puts_back(replaced_second(text, o), obs.original.get(line)))
         repeated = text is not None and occurrences(text, o) > 1
         stuck = text is not None and not _has_valid_new(obs, draft, line, text, o)
         rows.append([(_OLD["revertible"], float(revertible)), (_OLD["in_failing_fn"], float(failing)),
@@ -277,7 +285,7 @@ def _new_decision(obs: Observation, draft: Draft, line: int, old: int, allowed: 
     for token in allowed:
         r = V.fragment_of(token)
         after = results[r] if results is not None else None
-        reverts = bad and (after == original or _second(text, old, r) == original)
+        reverts = bad and (same_code(after, original) or same_code(_second(text, old, r), original))
         syntax, unknown = _edit_checks(obs, draft, line, after) if after != text else (False, False)
         rows.append([(_NEW["reverts"], float(reverts)),
                      (_NEW["known_bad"], float((line, after) in obs.bad_texts)), *_KIND_RELATION[old][r],
@@ -348,7 +356,7 @@ def _flag_decision(obs: Observation, draft: Draft, line: int, old: int, new: int
             continue
         after = apply_substitution(text, G.Substitution(line, old, new, G.occurrence_of(token)))
         syntax, unknown = _edit_checks(obs, draft, line, after) if after != text else (False, False)
-        features.append([(_FLAG["reverts"], float(bad and after == original)),
+        features.append([(_FLAG["reverts"], float(bad and same_code(after, original))),
                          (_FLAG["no_change"], float(after == text)), (_FLAG["breaks"], float(syntax or unknown))])
     return Decision(allowed, (sparse_block("slot_w", rows), sparse_block("flag_w", features)))
 

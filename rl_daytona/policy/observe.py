@@ -12,8 +12,11 @@ anything under a `tests/` folder; every other `.py` is a source.
 
 from __future__ import annotations
 
+import ast
 import re
+import warnings
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 from rl_daytona.policy import grammar as G
 from rl_daytona.policy import pytest_output
@@ -98,7 +101,7 @@ class Observation:
         """True when the line's text differs from what was first seen and was judged bad
         (its function still failed, or pytest could not even collect, right after it)."""
         text = self.lines.get(line, "") if text is None else text
-        return (line, text) in self.bad_texts and text != self.original.get(line)
+        return (line, text) in self.bad_texts and not same_code(text, self.original.get(line))
 
 
 @dataclass(frozen=True)
@@ -245,7 +248,7 @@ class Replay:
             for line, text in belief.lines.items():
                 fn = _function_at(functions, line)
                 judged_bad = result.broken or (fn is not None and fn.name in failing)
-                if judged_bad and text != belief.original.get(line):
+                if judged_bad and not same_code(text, belief.original.get(line)):
                     belief.bad_texts.add((line, text))
 
     def snapshot(self) -> Observation:
@@ -259,6 +262,26 @@ class Replay:
             files=tuple(self.known), beliefs=beliefs,
         )
         return obs.for_path(_focus(beliefs, self.known))
+
+
+@lru_cache(maxsize=1 << 16)
+def code_key(text: str) -> str:
+    """What a line of code means, as a comparable string: its syntax tree when it parses on its
+    own (a block header with a `pass` body), so `(len(xs))` and `len(xs)` compare equal; else
+    the text itself."""
+    code = text.strip()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ast.dump(ast.parse(code + " pass" if code.endswith(":") else code))
+    except (SyntaxError, ValueError):
+        return "\0" + text
+
+
+def same_code(a: str | None, b: str | None) -> bool:
+    """Whether two versions of a line are the same code (identical, or the same syntax tree):
+    an edit that only adds or drops redundant parentheses has put the line back."""
+    return a == b or (a is not None and b is not None and code_key(a) == code_key(b))
 
 
 def progressing(failed_counts: list[int]) -> bool:

@@ -17,6 +17,12 @@ from rl_daytona.policy import params as P
 from rl_daytona.policy import vocab as V
 
 PRIOR_SCALE = 1.0
+# Every prior weight times SHARPNESS: the policy is log-linear, so this is sampling the unscaled
+# prior at temperature 1 / SHARPNESS. A sharper prior tries its likeliest edits first and in
+# order (a rejected edit is never retried), rather than wandering among unlikely ones. Probed on
+# calc (`scripts/probe_learn.py`, 6 steps of 8 x 8, lr 0.2; docs/bench/builtin-policy/learning.md):
+# untrained pass rate 8.0% -> 15.2% over all variants, held-out rise +6..+25 -> +27..+41 points.
+SHARPNESS = 2.0
 
 VERB_PRIOR: dict[str, dict[str, float]] = {
     "bias": {"<submit>": -4, V.QUICK_TEST: 1, V.PYTEST_COMPACT: -1, V.LOOK_VERB: 0, "python -m pytest -q": -2,
@@ -135,4 +141,4 @@ def initial_params(scale: float | None = None) -> dict[str, np.ndarray]:
     sep = out["sep_w"]
     for name, value in SEP_PRIOR.items():
         sep[P.SEP_CONTEXT.index(name), 0] = value
-    return out
+    return {name: w * SHARPNESS for name, w in out.items()}

@@ -59,3 +59,21 @@ def test_the_prior_keeps_searching_until_its_give_up_turn_then_submits() -> None
     assert all(logits(t, True)[edit] > logits(t, True)[submit] + 5 for t in range(1, STOP_TURN))
     assert all(logits(t, True)[submit] > logits(t, True)[edit] + 5 for t in range(STOP_TURN, 40))
     assert set(give_up_prior(5)) == {f"turn_{t}" for t in range(3, P.MAX_TURN_FEATURE + 1)}
+
+
+def test_sharpness_scales_every_prior_weight_so_sampling_equals_the_unit_prior_at_lower_temperature(
+        tmp_path: Path, monkeypatch) -> None:
+    from rl_daytona.policy import prior
+
+    monkeypatch.setattr(prior, "SHARPNESS", 1.0)
+    unit = initial_params()
+    monkeypatch.setattr(prior, "SHARPNESS", 2.5)
+    sharp = initial_params()
+    assert all(np.array_equal(sharp[name], 2.5 * unit[name]) for name in P.SHAPES)
+
+    shell, chat = CalcShell(tmp_path, 8), Chat()
+    chat.run(V.LOOK_VERB, shell)
+    context = chat.prompt_ids()
+    a = PolicyModel(sharp).sample(context, np.random.default_rng(7), temperature=1.0, max_tokens=256)
+    b = PolicyModel(unit).sample(context, np.random.default_rng(7), temperature=1 / 2.5, max_tokens=256)
+    assert a[0] == b[0] and np.allclose(a[1], b[1])
