@@ -32,7 +32,7 @@ def test_train_save_for_sampler_and_sample_with_the_real_sdk(sim: RunningSim, se
 
     first = drawn.sequences[0]
     data = [datum_of(prompt_ids(), list(s.tokens), list(s.logprobs), adv)
-            for s, adv in zip(drawn.sequences, (1.0, -1.0, 0.5, -0.5))]
+            for s, adv in zip(drawn.sequences, (1.0, -0.5, 0.5, -0.25))]  # not summing to 0: the draws may agree
     out = training.forward_backward(data, "importance_sampling").result(60)
     assert out.metrics["datums:sum"] == 4 and len(out.loss_fn_outputs) == 4
     # the trainer scores the sampled tokens exactly as the sampler drew them (temperature 1)
