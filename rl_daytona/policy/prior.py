@@ -1,11 +1,12 @@
 """The untrained policy's weights: a sensible but unsure prior, with no bug-specific knowledge.
 
 Invariant: only generic habits are encoded: run the tests, read the file, edit lines of the
-functions the failing tests name, revert an edit its tests rejected, prefer operators and
-constants over names, and prefer textbook mutation inverses (`<`/`<=`, `+`/`-`, `min`/`max`,
-`0`/`1`, `n - 1`/`n`) without knowing their direction. Which replacement fixes which line
-(the hashed keys, and most of `pair_w`) starts at zero and is left to the rewards.
-`PRIOR_SCALE` sharpens or flattens the whole edit prior (the knob the probe tunes).
+functions the failing tests name, revert an edit its tests rejected, keep going while the
+failures fall, prefer operators and constants over names, and prefer textbook mutation
+inverses (`<`/`<=`, `+`/`-`, `min`/`max`, `0`/`1`, `n - 1`/`n`) without knowing their
+direction. Which replacement fixes which line (the hashed keys, and most of `pair_w`) starts at
+zero and is left to the rewards.
+`PRIOR_SCALE` sharpens or flattens the edit prior alone, `SHARPNESS` every weight.
 """
 
 from __future__ import annotations
