@@ -324,16 +324,9 @@ def _is_expression(fragment: str) -> bool:
 
 
 def _statement_ast(line: str) -> str | None:
-    """ast.dump of one source line as a statement (a block header gets a `pass` body)."""
-    code = line.strip()
-    if code.endswith(":"):
-        code += " pass"
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return ast.dump(ast.parse(code))
-    except SyntaxError:
-        return None
+    """ast.dump of one source line as a statement (a block header gets a `pass` body), or None."""
+    key = code_key(line)
+    return None if key.startswith("\0") else key
 
 
 def _second(text: str | None, old: int, new: int) -> str | None:
