@@ -34,6 +34,34 @@ def test_check_function(source: str, ok: bool, names: set[str]) -> None:
     assert E.check_function(source) == (ok, frozenset(names))
 
 
+def _codes(code):  # a code object and every one nested in it
+    yield code
+    for c in code.co_consts:
+        if hasattr(c, "co_names"):
+            yield from _codes(c)
+
+
+@pytest.mark.parametrize("source", [
+    "def f(xs):\n    m = mean(xs)\n    return sum((x - m) ** 2 for x in xs) / total.count\n",
+    "import os\nx = y + z\nclass C:\n    a = b\n    def g(self):\n        return [k for k in q if k > lo]\n",
+    # more than 256 names: LOAD_GLOBAL's index needs an EXTENDED_ARG prefix
+    "def f():\n    return [" + ", ".join(f"n{i}" for i in range(600)) + "]\n",
+    "def f():\n    try:\n        return a[b]\n    except KeyError:\n        return c(d, *e, **g)\n",
+])
+def test_global_reads_match_dis(source: str) -> None:
+    import dis
+
+    for code in _codes(compile(source, "<t>", "exec")):
+        expected = {i.argval for i in dis.get_instructions(code) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+        assert E.global_reads(code) == expected
+
+
+def test_global_reads_past_256_names() -> None:
+    module = compile("def f():\n    return [" + ", ".join(f"n{i}" for i in range(600)) + "]\n", "<t>", "exec")
+    f = next(c for c in module.co_consts if hasattr(c, "co_names"))
+    assert E.global_reads(f) == {f"n{i}" for i in range(600)}
+
+
 def test_fragment_lookups_on_a_line() -> None:
     text = "    return (s[mid - 1] + s[mid]) / 2"
     on = {V.FRAGMENTS[f] for f in E.fragments_on(text)}

@@ -332,3 +332,17 @@ def test_split_segments_cuts_at_role_markers() -> None:
     segments = O.split_segments(ids)
     assert [role for role, _ in segments] == [V.SYSTEM, V.USER, V.ASSISTANT, V.ASSISTANT]
     assert segments[2][1] == [V.SUBMIT] and segments[3][1] == []
+
+
+@pytest.mark.parametrize("a,b,same", [
+    ("    return (len(xs))", "    return len(xs)", True),
+    ("    return len( xs )", "    return len(xs)", True),
+    ("    return (a - b) * c", "    return a - b * c", False),  # the parentheses mattered
+    ("    return a - b  # was +", "    return a - b", True),  # a comment is not code
+    ("    return a + b", "    return a - b", False),
+    ("    return s[0]", "    return s[0", False),  # does not parse: only identical text is the same
+    ("    return s[0", "    return s[0", True),
+    (None, "x", False),
+])
+def test_same_code(a, b, same) -> None:
+    assert O.same_code(a, b) is same and O.same_code(b, a) is same
