@@ -7,7 +7,7 @@ anything; an infrastructure failure is `infra_error`, never a silent reward 0.
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 
@@ -74,8 +74,12 @@ class Rollout:
     started_at: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        """The rollout as JSON-ready data (what `asdict` gives, the status as its value), built
+        field by field: `asdict` copies every token id one by one, a tenth of the driver's CPU."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["status"] = self.status.value
+        data["timings"] = asdict(self.timings)
+        data["trajectory"] = {f.name: getattr(self.trajectory, f.name) for f in fields(self.trajectory)}
         return data
 
 

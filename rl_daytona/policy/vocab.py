@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 SPECIALS: tuple[str, ...] = ("<|system|>", "<|user|>", "<|assistant|>", "<|tool|>", "<eoc>", "<submit>")
 
@@ -267,6 +268,12 @@ def encode_bytes(text: str) -> list[int]:
 
 def encode_text(text: str) -> list[int]:
     """Token ids of text the policy reads: text pieces, longest first, and bytes for the rest."""
+    return list(_encoded(text))
+
+
+@lru_cache(maxsize=4096)
+def _encoded(text: str) -> tuple[int, ...]:
+    """encode_text, kept: a chat's earlier messages are encoded again at every turn."""
     out: list[int] = []
     for match in _TEXT_RE.finditer(text):
         piece = _TEXT_ID.get(match.group())
@@ -274,7 +281,7 @@ def encode_text(text: str) -> list[int]:
             out.append(piece)
         else:
             out.extend(BYTE_OFFSET + b for b in match.group().encode("utf-8"))
-    return out
+    return tuple(out)
 
 
 def decode_bytes(token_ids: list[int] | tuple[int, ...]) -> str:
