@@ -60,6 +60,7 @@ import posixpath
 import secrets
 import zlib
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -94,7 +95,10 @@ def _check_relpath(rel: str, what: str) -> str:
     return rel
 
 
-def _test_defs(rel: str, text: str) -> list[tuple[str, str, str, tuple[int, ...]]]:
+@lru_cache(maxsize=256)
+def _test_defs(rel: str, text: str) -> tuple[tuple[str, str, str, tuple[int, ...]], ...]:
+    """The test functions a pristine test file defines (node id, file, name, lines); kept per
+    text, since every attempt at a task grades against the same files."""
     try:
         tree = ast.parse(text, filename=rel)
     except SyntaxError as exc:
@@ -107,7 +111,7 @@ def _test_defs(rel: str, text: str) -> list[tuple[str, str, str, tuple[int, ...]
             defs.extend((f"{rel}::{node.name}::{item.name}", rel, item.name, _lines(item))
                         for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
                         and item.name.startswith("test"))
-    return defs
+    return tuple(defs)
 
 
 def _lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[int, ...]:
