@@ -18,7 +18,8 @@ from rl_daytona.policy import grammar as G
 from rl_daytona.policy import vocab as V
 from rl_daytona.serving.openai_chat import ChatFormatError, message_text  # noqa: F401 - re-exported
 
-SUBMIT_TEXT = "Done: every test passes."
+# what the model says with <submit>: it hands the workspace in as it is (it may still fail)
+SUBMIT_TEXT = "Submitted: the workspace as it is now."
 ROLES = ("system", "user", "assistant", "tool")
 
 

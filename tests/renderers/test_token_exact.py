@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from rl_daytona.learn.datum import Datum
 from rl_daytona.learn.segments import SegmentedTokens
+from rl_daytona.policy.chat import SUBMIT_TEXT
 from rl_daytona.renderers import pick_renderer
 
 TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc"), include_characters="\n\t"), max_size=24)
@@ -43,7 +44,7 @@ def _reply(renderer: Any, step: tuple) -> dict[str, Any]:
     if renderer.name == "builtin":
         command = "cat calc.py" if kind == "call" else None
         return ({"role": "assistant", "content": None, "tool_calls": [_call(command)]} if command
-                else {"role": "assistant", "content": "Done: every test passes."})
+                else {"role": "assistant", "content": SUBMIT_TEXT})
     content = f"<think>\n{reasoning}\n</think>\n\n{text}" if renderer.name in THINKS else text
     if id(renderer) in JSON_ONLY_CALLS and kind == "call":
         content = ""
