@@ -21,3 +21,6 @@ with_pip() {
     .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -e .
 }
 with_uv || { echo "setup: uv could not install; installing with pip instead" >&2; with_pip; }
+# the project's own modules too: every Ray worker imports them, and where PYTHONDONTWRITEBYTECODE
+# is set (as on this project's machines) Python would compile them again in every process
+.venv/bin/python -m compileall -q rl_daytona >/dev/null
