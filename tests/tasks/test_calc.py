@@ -155,6 +155,11 @@ def test_heldout_combines_bugs_that_train_never_combines() -> None:
         assert not {frozenset(p) for p in itertools.combinations(bugs, 2)} & train_pairs
 
 
+def test_every_bug_is_a_train_variant_on_its_own() -> None:
+    singles = [variant_bugs(v)[0] for v in TRAIN_VARIANTS if len(variant_bugs(v)) == 1]
+    assert sorted(singles) == sorted(b.bug_id for b in BUGS)
+
+
 def test_taskset_has_every_variant_and_both_splits() -> None:
     assert CALC_TASKSET.name == "calc"
     assert [i.instance_id for i in CALC_TASKSET.split("all")] == [f"calc[variant={v}]" for v in range(N_VARIANTS)]

@@ -106,8 +106,11 @@ def test_list_prints_instances_and_splits_one_line_each(capsys: pytest.CaptureFi
     with pytest.raises(SystemExit) as exit_:
         main(["tasks", "list", "calc"])
     lines = capsys.readouterr().out.splitlines()
-    assert exit_.value.code == 0 and lines[0] == "taskset calc: 32 instances, 2 splits"
+    assert exit_.value.code == 0 and lines[0] == "taskset calc: 40 instances, 2 splits"
     assert lines[1] == "instance calc[variant=0]  splits=train  reference=yes"
     assert lines[25] == "instance calc[variant=24]  splits=heldout  reference=yes"
-    assert lines[33].startswith("split train (24): calc[variant=0] calc[variant=1] ")
-    assert lines[34].startswith("split heldout (8): calc[variant=24] ") and len(lines) == 35
+    assert lines[33] == "instance calc[variant=32]  splits=train  reference=yes"
+    assert lines[41].startswith("split train (32): calc[variant=0] calc[variant=1] ")
+    assert lines[41].endswith(" calc[variant=23] calc[variant=32] calc[variant=33] calc[variant=34] calc[variant=35] "
+                              "calc[variant=36] calc[variant=37] calc[variant=38] calc[variant=39]")
+    assert lines[42].startswith("split heldout (8): calc[variant=24] ") and len(lines) == 43

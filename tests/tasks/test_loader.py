@@ -30,7 +30,7 @@ CASES = {
     "task_not_instance": ("def make():\n    return Taskset(name='t', instances=(calc_task,))\n", "make", 4,
                           "instances[0] is a Task, not a task instance (call the task: my_task(variant=0))"),
     "unknown_calc_variant": ("\n\nTASKS = Taskset(name='t', instances=(calc_instance(99),))\n", "TASKS", 5,
-                             "calc has no variant 99 (variants are 0..31)"),
+                             "calc has no variant 99 (variants are 0..39)"),
     "runtime_error": ("LIMIT = 3\nN = LIMIT // 0\n", "TASKS", 4, "ZeroDivisionError: integer division or modulo by zero"),
 }
 

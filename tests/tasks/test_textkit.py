@@ -76,10 +76,15 @@ def test_heldout_combines_bugs_train_never_combines() -> None:
         assert set(VARIANT_BUGS[v]) <= train_bugs
 
 
+def test_every_bug_is_a_train_variant_on_its_own() -> None:
+    singles = [VARIANT_BUGS[v][0] for v in TRAIN_VARIANTS if len(VARIANT_BUGS[v]) == 1]
+    assert sorted(singles) == sorted(b.bug_id for b in BUGS)
+
+
 def test_registered_as_a_builtin_with_both_splits() -> None:
     taskset = get_taskset("textkit")
     assert taskset is TEXTKIT_TASKSET
-    assert len(taskset.split("train")) == 24 and len(taskset.split("heldout")) == 8
+    assert len(taskset.split("train")) == 30 and len(taskset.split("heldout")) == 8
     with pytest.raises(TaskError, match="no variant"):
         variant_bugs(99)
 
