@@ -5,11 +5,20 @@ only, computed by `features.decide` for both sampling and training; so at temper
 `sequence_logprobs` reproduces the sampler's logprobs exactly, and `logprob_grads` is the
 exact gradient of sum_i w_i * logprob_i. Params change only in `apply_adam`, which bumps
 `version`.
+
+Decisions do not depend on the params, so each turn's observation and the decisions made
+after it are kept (`TurnMemo`, keyed by a digest of the context ids): the attempts of a group
+that see the same context, and the trainer scoring a datum the sampler just produced (twice:
+logprobs, then gradients), reuse them instead of computing every feature again. One memo
+serves every model of the process (`SHARED_MEMO`): the sampler of each new weights version too.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -39,6 +48,66 @@ class Sampled:
     logprobs: tuple[float, ...]
     top: tuple[tuple[tuple[int, float], ...], ...]
     finished: bool
+
+
+class Turn:
+    """One context's observation and the decisions taken after it, by completion prefix."""
+
+    __slots__ = ("obs", "_decisions")
+
+    def __init__(self, obs: Observation) -> None:
+        self.obs = obs
+        self._decisions: dict[tuple[int, ...], Decision] = {}
+
+    def decide(self, prefix: Sequence[int], state: G.GrammarState) -> Decision:
+        key = tuple(prefix)
+        found = self._decisions.get(key)
+        if found is None:
+            found = self._decisions[key] = decide(self.obs, prefix, state)
+        return found
+
+
+class TurnMemo:
+    """The last `size` turns by context (LRU): exact, since a turn is a pure function of the
+    context ids (`observe`) and a decision of the turn and the prefix (`decide`). A turn with
+    its decisions holds ~70 KB (calc), so the default keeps ~150 MB at most: a train step's
+    turns up to ~250 attempts, so its datums are scored from the memo."""
+
+    def __init__(self, size: int = 2048) -> None:
+        self.size = size
+        self._turns: OrderedDict[bytes, Turn] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    @staticmethod
+    def key(context_ids: Sequence[int]) -> bytes:
+        return hashlib.blake2b(np.asarray(context_ids, dtype=np.int64).tobytes(), digest_size=16).digest()
+
+    def get(self, key: bytes) -> Turn | None:
+        with self._lock:
+            turn = self._turns.get(key)
+            if turn is not None:
+                self._turns.move_to_end(key)
+                self.hits += 1
+            else:
+                self.misses += 1
+            return turn
+
+    def put(self, key: bytes, obs: Observation) -> Turn:
+        with self._lock:
+            turn = self._turns.get(key)
+            if turn is None:
+                turn = self._turns[key] = Turn(obs)
+                while len(self._turns) > self.size:
+                    self._turns.popitem(last=False)
+            return turn
+
+    def turn(self, context_ids: Sequence[int]) -> Turn:
+        key = self.key(context_ids)
+        return self.get(key) or self.put(key, observe(context_ids))
+
+
+SHARED_MEMO = TurnMemo()  # every model of a process: decisions are the same under any weights
 
 
 def _normalised(lp: np.ndarray) -> np.ndarray:
@@ -73,9 +142,11 @@ def completion_spans(loss_mask: Sequence[int]) -> list[tuple[int, int]]:
 class PolicyModel:
     """Params, the sampler, exact logprobs and their gradients, Adam, save/load."""
 
-    def __init__(self, params: dict[str, np.ndarray] | None = None, version: int = 0) -> None:
+    def __init__(self, params: dict[str, np.ndarray] | None = None, version: int = 0,
+                 memo: TurnMemo | None = None) -> None:
         from rl_daytona.policy.prior import initial_params
 
+        self.memo = memo if memo is not None else SHARED_MEMO
         self.params: dict[str, np.ndarray] = params if params is not None else initial_params()
         self.version = version
         self._adam_m = {k: np.zeros_like(v) for k, v in self.params.items()}
@@ -99,14 +170,14 @@ class PolicyModel:
     def sample_detailed(self, context_ids: Sequence[int], rng: np.random.Generator, temperature: float = 1.0,
                         max_tokens: int = 64, top_k: int = 0) -> "Sampled":
         """`sample`, plus the top-k alternatives of every step and whether the command finished."""
-        obs = observe(context_ids)
+        turn = self.memo.turn(context_ids)
         params = self.params  # one snapshot: a training step swapping weights mid-sample cannot mix them
         ids: list[int] = []
         lps: list[float] = []
         tops: list[tuple[tuple[int, float], ...]] = []
         state = G.START
         while state != G.DONE and len(ids) < max_tokens:
-            decision = decide(obs, ids, state)
+            decision = turn.decide(ids, state)
             lp = self._sampling_logprobs(decision, temperature, params)
             j = 0 if len(lp) == 1 else int(rng.choice(len(lp), p=_normalised(lp)))
             ids.append(decision.candidates[j])
@@ -129,16 +200,20 @@ class PolicyModel:
     def steps(self, token_ids: Sequence[int], loss_mask: Sequence[int]) -> Iterator[Step]:
         """Every masked piece with the decision it was chosen from."""
         spans = completion_spans(loss_mask)
-        observations = observe_turns(token_ids, [s for s, _ in spans])
-        for (start, end), obs in zip(spans, observations):
-            yield from self._span_steps(obs, token_ids, start, end)
+        keys = [self.memo.key(token_ids[:start]) for start, _ in spans]
+        turns = [self.memo.get(key) for key in keys]
+        if any(turn is None for turn in turns):
+            observations = observe_turns(token_ids, [s for s, _ in spans])
+            turns = [turn or self.memo.put(key, obs) for turn, key, obs in zip(turns, keys, observations)]
+        for (start, end), turn in zip(spans, turns):
+            yield from self._span_steps(turn, token_ids, start, end)
 
-    def _span_steps(self, obs: Observation, token_ids: Sequence[int], start: int, end: int) -> Iterator[Step]:
+    def _span_steps(self, turn: Turn, token_ids: Sequence[int], start: int, end: int) -> Iterator[Step]:
         prefix: list[int] = []
         state = G.START
         for pos in range(start, end):
             token = int(token_ids[pos])
-            decision = decide(obs, prefix, state)
+            decision = turn.decide(prefix, state)
             if token not in decision.candidates:
                 raise ValueError(f"token {token} at position {pos} is not a candidate of slot {state.slot!r}")
             yield Step(decision, token, pos)

@@ -11,7 +11,7 @@ import pytest
 from rl_daytona.policy import grammar as G
 from rl_daytona.policy import params as P
 from rl_daytona.policy import vocab as V
-from rl_daytona.policy.model import STATE_FORMAT, PolicyModel, completion_spans
+from rl_daytona.policy.model import STATE_FORMAT, PolicyModel, TurnMemo, completion_spans
 from tests.policy.conftest import Episode, Sample
 
 
@@ -228,3 +228,47 @@ def test_checkpoints_whose_names_contain_a_dot_do_not_overwrite_each_other(tmp_p
     second.save(tmp_path / "policy.step2")
     assert PolicyModel.load(tmp_path / "policy.step1").version == 1
     assert PolicyModel.load(tmp_path / "policy.step2").version == 2
+
+
+def test_the_turn_memo_changes_no_sample_logprob_or_gradient(samples: list[Sample], episodes: list[Episode]) -> None:
+    warm = PolicyModel()  # the process-wide memo, warm from the fixtures' sampling
+    cold = PolicyModel(memo=TurnMemo(size=0))  # keeps nothing: every turn observed and decided again
+    for episode in episodes:
+        ids, mask = episode.chat.training_sequence()
+        np.testing.assert_array_equal(warm.sequence_logprobs(ids, mask), cold.sequence_logprobs(ids, mask))
+        weights = np.linspace(-1.0, 1.0, len(ids))
+        got, expected = warm.logprob_grads(ids, mask, weights), cold.logprob_grads(ids, mask, weights)
+        assert got.keys() == expected.keys()
+        for name in got:
+            np.testing.assert_array_equal(got[name], expected[name])
+    for s in samples[::4]:
+        a = warm.sample_detailed(s.context, np.random.default_rng(7), s.temperature, top_k=3)
+        b = cold.sample_detailed(s.context, np.random.default_rng(7), s.temperature, top_k=3)
+        assert a == b
+    assert cold.memo.hits == 0 and not cold.memo._turns
+
+
+def test_the_trainer_scores_the_turns_the_sampler_met_from_the_memo(episodes: list[Episode]) -> None:
+    memo = TurnMemo()
+    model = PolicyModel(memo=memo)
+    ids, mask = episodes[1].chat.training_sequence()
+    starts = [start for start, _ in completion_spans(mask)]
+    for start in starts:
+        model.sample(ids[:start], np.random.default_rng(0))
+    hits, misses = memo.hits, memo.misses
+    model.sequence_logprobs(ids, mask)
+    model.logprob_grads(ids, mask, [1.0] * len(ids))
+    assert memo.hits - hits == 2 * len(starts) and memo.misses == misses
+    turn = memo.turn(ids[:starts[0]])
+    first = turn.decide([], G.START)
+    assert turn.decide([], G.START) is first  # a decision is made once per (turn, prefix)
+
+
+def test_the_turn_memo_keeps_the_last_size_turns(contexts: dict[str, list[int]]) -> None:
+    memo = TurnMemo(size=2)
+    a, b, c = list(contexts.values())[:3]
+    memo.turn(a), memo.turn(b)
+    memo.turn(a)  # a is now the most recent
+    memo.turn(c)
+    assert len(memo._turns) == 2
+    assert memo.get(memo.key(b)) is None and memo.get(memo.key(a)) is not None and memo.get(memo.key(c)) is not None
