@@ -34,12 +34,13 @@ def test_a_train_step_draws_the_same_tasks_from_seed_and_step() -> None:
 
 
 def test_train_steps_read_the_split_in_epochs() -> None:
-    instances = get_taskset("calc").split("train")  # 24 instances, 8 per step: an epoch every 3 steps
-    drawn = [[r.task_id for r in step_requests(instances, 8, 1, seed=1, step=s)] for s in range(6)]
+    instances = get_taskset("calc").split("train")  # 32 instances, 8 per step: an epoch every 4 steps
+    assert len(instances) == 32
+    drawn = [[r.task_id for r in step_requests(instances, 8, 1, seed=1, step=s)] for s in range(8)]
     ids = sorted(i.instance_id for i in instances)
-    assert sorted(drawn[0] + drawn[1] + drawn[2]) == ids  # every instance once before any twice
-    assert sorted(drawn[3] + drawn[4] + drawn[5]) == ids
-    assert drawn[:3] != drawn[3:]  # each epoch its own order
+    assert sorted(sum(drawn[:4], [])) == ids  # every instance once before any twice
+    assert sorted(sum(drawn[4:], [])) == ids
+    assert drawn[:4] != drawn[4:]  # each epoch its own order
     assert drawn[0] != [r.task_id for r in step_requests(instances, 8, 1, seed=2, step=0)]  # and each seed
-    across = [r.task_id for r in step_requests(instances, 10, 1, seed=1, step=2)]  # slots 20..29 span two epochs
-    assert len(set(across[:4])) == 4 and len(set(across[4:])) == 6
+    across = [r.task_id for r in step_requests(instances, 10, 1, seed=1, step=3)]  # slots 30..39 span two epochs
+    assert len(set(across[:2])) == 2 and len(set(across[2:])) == 8

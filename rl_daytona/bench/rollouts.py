@@ -66,11 +66,17 @@ class RolloutBench:
 
 
 def bench_requests(n: int, taskset: str = "calc") -> list[RolloutRequest]:
-    """n attempts over the taskset's tasks: whole groups while n >= its task count, else n tasks once."""
+    """n attempts over the taskset's first tasks in whole groups: the most tasks (at least half
+    of them, or of n) that split n evenly, so calc's 40 tasks take 1,024 as 32 groups of 32;
+    else whole groups over every task (n rounded down to a multiple of the task count); n
+    below the task count: n tasks once."""
     from rl_daytona.source import requests_for
     from rl_daytona.tasks import get_taskset
 
-    group = max(1, n // len(get_taskset(taskset).instances))
+    count = len(get_taskset(taskset).instances)
+    most = min(n, count)
+    tasks = max(t for t in range(1, most + 1) if n % t == 0)
+    group = n // tasks if 2 * tasks >= most else max(1, n // count)
     return requests_for(taskset, "all", group, tag="bench")[:n]
 
 

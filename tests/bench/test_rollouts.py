@@ -14,6 +14,11 @@ from rl_daytona.bench.rollouts import RolloutBench, bench_requests, marginal_ms_
 def test_requests_come_in_whole_groups_over_calc() -> None:
     full = bench_requests(1024)
     assert len(full) == 1024 and set(Counter(r.group_id for r in full).values()) == {32}
+    assert len({r.task_id for r in full}) == 32  # of calc's 40 tasks, the 32 that split 1,024 evenly
+    spread = bench_requests(1000)
+    assert len(spread) == 1000 and set(Counter(r.group_id for r in spread).values()) == {25}
+    odd = bench_requests(41)  # a prime: one task per group over all 40, rounded down
+    assert len(odd) == 40 and set(Counter(r.group_id for r in odd).values()) == {1}
     small = bench_requests(5)
     assert len(small) == 5 and len({r.task_id for r in small}) == 5
 
