@@ -51,8 +51,13 @@ class Sampled:
 
 
 class Turn:
-    """One context's observation and the decisions taken after it, by completion prefix."""
+    """One context's observation and the decisions taken after it, by completion prefix.
 
+    At most `MAX_DECISIONS` are kept: a context every attempt of a task meets (its first turns)
+    stays in the memo for the whole run, and past the cap its further prefixes are decided
+    without being kept, so no turn grows without bound."""
+
+    MAX_DECISIONS = 256
     __slots__ = ("obs", "_decisions")
 
     def __init__(self, obs: Observation) -> None:
@@ -63,17 +68,20 @@ class Turn:
         key = tuple(prefix)
         found = self._decisions.get(key)
         if found is None:
-            found = self._decisions[key] = decide(self.obs, prefix, state)
+            found = decide(self.obs, prefix, state)
+            if len(self._decisions) < self.MAX_DECISIONS:
+                self._decisions[key] = found
         return found
 
 
 class TurnMemo:
     """The last `size` turns by context (LRU): exact, since a turn is a pure function of the
     context ids (`observe`) and a decision of the turn and the prefix (`decide`). A turn with
-    its decisions holds ~70 KB (calc), so the default keeps ~150 MB at most: a train step's
-    turns up to ~250 attempts, so its datums are scored from the memo."""
+    its decisions holds ~70 KB on calc (~1.4 KB a decision, at most `Turn.MAX_DECISIONS`), so
+    the default keeps ~70 MB, ~370 MB at worst: the distinct turns of a train step up to ~150
+    attempts, so its datums are scored from the memo."""
 
-    def __init__(self, size: int = 2048) -> None:
+    def __init__(self, size: int = 1024) -> None:
         self.size = size
         self._turns: OrderedDict[bytes, Turn] = OrderedDict()
         self._lock = threading.Lock()

@@ -272,3 +272,17 @@ def test_the_turn_memo_keeps_the_last_size_turns(contexts: dict[str, list[int]])
     memo.turn(c)
     assert len(memo._turns) == 2
     assert memo.get(memo.key(b)) is None and memo.get(memo.key(a)) is not None and memo.get(memo.key(c)) is not None
+
+
+def test_a_turn_keeps_at_most_its_cap_of_decisions(contexts: dict[str, list[int]], monkeypatch: pytest.MonkeyPatch) -> None:
+    from rl_daytona.policy.model import Turn
+
+    monkeypatch.setattr(Turn, "MAX_DECISIONS", 3)
+    memo = TurnMemo()
+    model = PolicyModel(memo=memo)
+    cold = PolicyModel(memo=TurnMemo(size=0))
+    context = contexts["looked"]
+    for seed in range(6):
+        assert model.sample_detailed(context, np.random.default_rng(seed)) == cold.sample_detailed(
+            context, np.random.default_rng(seed))
+    assert len(memo.turn(context)._decisions) == 3  # past the cap decided, not kept: the same samples
