@@ -3,12 +3,13 @@ pool, the fleet and a Learner's add (figures present and consistent, every sandb
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from rl_daytona.bench.rollouts import RolloutBench, bench_requests, marginal_ms_per_rollout, run_rollout_bench
+from rl_daytona.bench.rollouts import RolloutBench, _cpu, bench_requests, marginal_ms_per_rollout, run_rollout_bench
 
 
 def test_requests_come_in_whole_groups_over_calc() -> None:
@@ -47,7 +48,10 @@ def test_a_small_run_reports_throughput_floor_and_overhead(tmp_path: Path) -> No
     assert figures["overhead_latency_ms_per_rollout"] == pytest.approx(sum(p["mean"] for p in parts.values()), abs=0.05)
     cpu = figures["cpu_ms_per_rollout"]
     assert set(cpu) == {"driver", "pool", "learner", "rollout_actors", "ray_system"} and min(cpu.values()) >= 0
-    assert cpu["pool"] > 0 and cpu["rollout_actors"] > 0 and cpu["ray_system"] > 0
+    assert cpu["pool"] > 0 and cpu["rollout_actors"] > 0
+    # Ray's own processes may spend less than one clock tick (10 ms) in a two-rollout run, so
+    # only their total since they started is sure to be positive: that the figure finds them
+    assert asyncio.run(_cpu({}))["ray_system"] > 0
     assert figures["orchestration_cpu_ms_per_rollout"] == pytest.approx(
         cpu["driver"] + cpu["pool"] + cpu["learner"] + cpu["ray_system"], abs=0.05)
     idle = figures["idle_cpu_ms_per_second"]
@@ -55,6 +59,4 @@ def test_a_small_run_reports_throughput_floor_and_overhead(tmp_path: Path) -> No
     assert figures["orchestration_marginal_cpu_ms_per_rollout"] == pytest.approx(marginal_ms_per_rollout(
         cpu, {k: v / 1000 for k, v in idle.items()}, figures["wall_seconds"], 2), abs=1.0)
     assert figures["pool"]["deleted"] >= figures["pool"]["claimed"] == 2
-    import asyncio
-
     assert asyncio.run(LocalBackend(tmp_path / "sandboxes").list_sandboxes()) == []
