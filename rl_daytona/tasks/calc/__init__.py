@@ -3,8 +3,9 @@
 Invariant: variant `v` always seeds the same `calc.py` (see `bugs.VARIANT_BUGS`) next to the
 pristine `test_calc.py`; grading runs the pristine tests, so 1.0 means every one of the
 `N_TESTS` tests passed against the agent's calc.py; `calc_solution` (the variant's catalogued
-bugs reverted) is its reference fix. Splits: "train" (variants 0-23 and 32-39: each bug of the catalogue alone among them) and
-"heldout" (24-31, bug combinations never seen together in train).
+bugs reverted) is its reference fix. Splits: "train" (variants 0-23 and 32-39: each bug of
+the catalogue alone among them) and "heldout" (24-31, bug combinations never seen together in
+train).
 """
 
 from __future__ import annotations

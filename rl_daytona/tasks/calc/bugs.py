@@ -2,11 +2,11 @@
 
 Invariant: every bug is one exact line of `files/calc.py` replaced by another; each old line
 occurs exactly once, a variant breaks at most one bug per function, so any variant's bugs
-apply together cleanly. Variants 0-23 and 32-39 are the train split and 24-31 the heldout split:
-every pair of bugs inside a heldout variant never appears together in a train variant, while
-every bug of the catalogue is a train variant on its own (32-39 add the ones 0-23 held only
-in combinations, appended so the older variant numbers keep their bugs). The table is literal data, so it is the same
-in every process and Python version.
+apply together cleanly. Variants 0-23 and 32-39 are the train split and 24-31 the heldout
+split: every pair of bugs inside a heldout variant never appears together in a train variant,
+while every bug of the catalogue is a train variant on its own (32-39 add the ones 0-23 held
+only in combinations, appended so the older variant numbers keep their bugs). The table is
+literal data, so it is the same in every process and Python version.
 """
 
 from __future__ import annotations

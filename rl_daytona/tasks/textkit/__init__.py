@@ -3,8 +3,9 @@ seeded with 1-3 one-line bugs per variant, written only against the public Task 
 
 Invariant: variant `v` always seeds the same sources (see `bugs.VARIANT_BUGS`) next to the
 pristine tests; grading runs the pristine tests against the declared sources, so 1.0 means
-every one of the `N_TESTS` tests passed; `textkit_solution` (the pristine sources) pays 1.0. Splits: "train" (variants 0-23 and 32-37: each bug of the catalogue alone among them) and "heldout"
-(24-31, bug combinations never seen together in train).
+every one of the `N_TESTS` tests passed; `textkit_solution` (the pristine sources) pays 1.0.
+Splits: "train" (variants 0-23 and 32-37: each bug of the catalogue alone among them) and
+"heldout" (24-31, bug combinations never seen together in train).
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ occurs exactly once in its file and a variant breaks at most one bug per functio
 variant's bugs apply together cleanly. Variants 0-23 and 32-37 are the train split and 24-31
 the heldout split: no pair of bugs inside a heldout variant appears together in a train
 variant, while every bug of the catalogue is a train variant on its own (32-37 add the ones
-0-23 held only in combinations, appended so the older variant numbers keep their bugs). The table is literal data.
+0-23 held only in combinations, appended so the older variant numbers keep their bugs). The
+table is literal data.
 """
 
 from __future__ import annotations
