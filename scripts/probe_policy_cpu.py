@@ -49,8 +49,7 @@ def main() -> None:
     results = PL.batch(model, CompletionMemo(), [(i, a, 0) for i in instances for a in range(attempts)], args)
     datums = []
     for _, _, record, _, _ in results:
-        context, ids, _ = record[-1]
-        tokens = list(context) + list(ids)
+        tokens = list(PL.datum_of(record, 1.0).tokens)
         datums.append((tokens, completion_mask(tokens)))
 
     def score(m: PolicyModel) -> float:

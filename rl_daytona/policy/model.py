@@ -208,7 +208,8 @@ class PolicyModel:
     def steps(self, token_ids: Sequence[int], loss_mask: Sequence[int]) -> Iterator[Step]:
         """Every masked piece with the decision it was chosen from."""
         spans = completion_spans(loss_mask)
-        keys = [self.memo.key(token_ids[:start]) for start, _ in spans]
+        ids = np.asarray(token_ids, dtype=np.int64)  # once: each turn's key hashes a view of it
+        keys = [self.memo.key(ids[:start]) for start, _ in spans]
         turns = [self.memo.get(key) for key in keys]
         if any(turn is None for turn in turns):
             observations = observe_turns(token_ids, [s for s, _ in spans])
