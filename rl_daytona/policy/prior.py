@@ -55,8 +55,8 @@ LINE_PRIOR: dict[str, float] = {
 }
 OLD_KIND_PRIOR: dict[str, float] = {
     "compare": 2.0, "arith": 2.0, "assign": 1.0, "logic": 0.5, "int": 1.2, "float": 0.5, "const": 0.3,
-    "str": 0.5, "builtin": 1.2, "offset": 1.0, "index": 0.5, "call": 0.8, "pair": 0.3, "wrap": 0.0,
-    "swap": 0.0, "eol": 0.3,
+    "str": 0.5, "builtin": 1.2, "offset": 1.0, "index": 0.5, "call": 0.8, "pair": 0.3, "calls": 0.8,
+    "wrap": 0.0, "swap": 0.0, "eol": 0.3,
 }
 PATH_PRIOR: dict[str, float] = {"source": 2, "test": -4, "seen": 0.5, "has_failing_fn": 3, "focus": 1}
 OLD_PRIOR: dict[str, float] = {"revertible": 6, "repeated_on_line": -0.3, "no_valid_new": -8}
@@ -80,7 +80,7 @@ COMMON_PAIRS: tuple[tuple[str, str], ...] = (
     ("append", "extend"), ("''", "' '"), ("'-'", "'_'"), ("','", "' '"),
     (" + 1", " - 1"), (" + 1", " + 2"), (" * 2", " / 2"), (" / 2", " // 2"), ("", " + 1"), ("", " - 1"),
     ("[0]", "[-1]"), ("[1]", "[0]"), ("[-1]", "[-2]"), ("[1:]", "[:-1]"),
-    (V.CALL, "(& - 1)"), (V.CALL, "(& + 1)"), (V.PAIR, "(\\2, \\1)"),
+    (V.CALL, "(& - 1)"), (V.CALL, "(& + 1)"), (V.PAIR, "(\\2, \\1)"), (V.CALLS, "\\3(\\2\\1("),
 )
 
 

@@ -74,12 +74,14 @@ MAX_SUBSTITUTIONS = 6
 EDIT_SUFFIXES: tuple[str, ...] = (f" && {QUICK_TEST}", f" && {PYTEST_COMPACT}")
 
 # A general set of Python fragments an edit can replace (nothing of any one taskset). The empty
-# fragment is the end of the line: as `old` it appends, as `new` it deletes. Two old-only
+# fragment is the end of the line: as `old` it appends, as `new` it deletes. Three old-only
 # fragments are patterns over the source ("<call>": the first `name(args)` without nested
-# parentheses, "<pair>": a two-argument list), and the new-only templates rebuild what they
-# matched (`&` is the match: "(& - 1)" turns `len(xs)` into `(len(xs) - 1)`).
+# parentheses, "<pair>": a two-argument list, "<calls>": from the first called name to the
+# last one on the line), and the new-only templates rebuild what they matched (`&` is the
+# match: "(& - 1)" turns `len(xs)` into `(len(xs) - 1)`; "\\3(\\2\\1(" swaps the first and last
+# called names: `min(a, max(b, c))` -> `max(a, min(b, c))`).
 EOL = ""
-CALL, PAIR = "<call>", "<pair>"
+CALL, PAIR, CALLS = "<call>", "<pair>", "<calls>"
 FRAGMENT_KINDS: dict[str, tuple[str, ...]] = {
     "compare": (" < ", " <= ", " > ", " >= ", " == ", " != "),
     "arith": (" + ", " - ", " * ", " / ", " // ", " % ", " ** "),
@@ -95,24 +97,29 @@ FRAGMENT_KINDS: dict[str, tuple[str, ...]] = {
     "index": ("[0]", "[-1]", "[1]", "[-2]", "[1:]", "[:-1]"),
     "call": (CALL,),
     "pair": (PAIR,),
+    "calls": (CALLS,),
     "wrap": ("(& - 1)", "(& + 1)", "& - 1", "& + 1"),
-    "swap": ("(\\2, \\1)",),
+    "swap": ("(\\2, \\1)", "\\3(\\2\\1("),
     "eol": (EOL,),
 }
 FRAGMENTS: tuple[str, ...] = tuple(f for kind in FRAGMENT_KINDS.values() for f in kind)
 FRAGMENT_KIND: tuple[str, ...] = tuple(k for k, frags in FRAGMENT_KINDS.items() for _ in frags)
 KINDS: tuple[str, ...] = tuple(FRAGMENT_KINDS)
-OLD_ONLY_KINDS = frozenset({"call", "pair"})
+OLD_ONLY_KINDS = frozenset({"call", "pair", "calls"})
 NEW_ONLY_KINDS = frozenset({"wrap", "swap"})
 # Patterns (GNU sed BRE, Python regex) of the old-only fragments.
 _PATTERNS: dict[str, tuple[str, str]] = {
     CALL: (r"[A-Za-z_][A-Za-z0-9_.]*([^()]*)", r"[A-Za-z_][\w.]*\([^()]*\)"),
     PAIR: (r"(\([^,()]*\), \([^,()]*\))", r"\(([^,()]*), ([^,()]*)\)"),
+    # The first called name is the leftmost match's start (so a whole name), the last one the
+    # longest match's end: sed's leftmost-longest and Python's greedy `.*` agree on both.
+    CALLS: (r"\([A-Za-z_][A-Za-z0-9_]*\)(\(.*\)\b\([A-Za-z_][A-Za-z0-9_]*\)(",
+            r"([A-Za-z_][A-Za-z0-9_]*)\((.*)\b([A-Za-z_][A-Za-z0-9_]*)\("),
 }
 # Kinds a fragment can plausibly be replaced by (a kind is always compatible with itself).
 COMPATIBLE_KINDS: tuple[frozenset[str], ...] = (
     frozenset({"logic", "compare"}), frozenset({"int", "float", "const"}), frozenset({"offset", "eol"}),
-    frozenset({"call", "wrap"}), frozenset({"pair", "swap"}), frozenset({"builtin"}), frozenset({"str"}),
+    frozenset({"call", "wrap"}), frozenset({"pair", "calls", "swap"}), frozenset({"builtin"}), frozenset({"str"}),
 )
 
 

@@ -147,6 +147,21 @@ def test_new_candidates_flag_syntax_errors_and_unknown_names_by_name(contexts: d
         assert ("no_change" in names) == (after == text), new
 
 
+def test_swapping_the_first_and_last_called_names_is_one_substitution(contexts: dict[str, list[int]]) -> None:
+    obs = observe(contexts["looked"])
+    line = 33  # clamp: `max(lo, min(x, hi))`; `min(lo, max(x, hi))` is the same edit the other way round
+    olds = {V.FRAGMENTS[V.fragment_of(c)] for c in _decide(obs, [*EDIT, V.LINE_IDS[line - 1], _ID("s/")]).candidates}
+    assert {V.CALLS, V.CALL, "min", "max"} <= olds
+    feats = {V.FRAGMENTS[V.fragment_of(c)]: names for c, names in _features(_decide(obs, _new_prefix(line, V.CALLS)),
+                                                                               "new_w").items()}
+    swap = "\\3(\\2\\1("
+    after = apply_substitution(obs.lines[line], G.Substitution(line, _FRAG(V.CALLS), _FRAG(swap)))
+    assert after == "    return min(lo, max(x, hi))"
+    assert "compatible_kind" in feats[swap] and not feats[swap] & {"breaks_syntax", "unknown_name", "no_change"}
+    assert "breaks_syntax" in feats["(\\2, \\1)"]  # the pair template on this match leaves no valid code
+    assert "incompatible_kind" in feats["(& - 1)"] and "incompatible_kind" in feats["min"]
+
+
 def test_a_rejected_edit_is_revertible_and_its_revert_is_marked(contexts: dict[str, list[int]]) -> None:
     obs = observe(contexts["edit_rejected"])  # variant 8, line 13 changed `/` to `//`, median still fails
     assert obs.lines[13] == "    return (s[mid - 1] + s[mid]) // 2" and obs.is_dirty_bad(13)

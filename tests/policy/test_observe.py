@@ -6,6 +6,7 @@ mean exactly what GNU sed does with the rendered command; these tests run the re
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -47,13 +48,19 @@ def _calc_like_lines() -> list[str]:
 
 _OLD_OK = [f for f, k in enumerate(V.FRAGMENT_KIND) if k not in V.NEW_ONLY_KINDS]
 _NEW_OK = [f for f, k in enumerate(V.FRAGMENT_KIND) if k not in V.OLD_ONLY_KINDS]
-_SWAP = V.FRAGMENT_KINDS["swap"][0]
+
+
+def _groups_fit(old: int, new: int) -> bool:
+    """Whether every group the replacement names is one the pattern has."""
+    named = [int(g) for g in re.findall(r"\\(\d)", V.FRAGMENTS[new])] if V.FRAGMENT_KIND[new] == "swap" else []
+    return all(g <= V.FRAGMENT_REGEX[old].groups for g in named)
 
 
 def _news(rng: np.random.Generator, old: int, size: int) -> list[int]:
-    """Replacements the grammar allows for `old` (a group reference only after `<pair>`: sed
-    refuses a script naming a group its pattern lacks, and the replay then expects no change)."""
-    ok = [n for n in _NEW_OK if n != old and (V.FRAGMENTS[n] != _SWAP or V.FRAGMENTS[old] == V.PAIR)]
+    """Replacements the grammar allows for `old` (a group reference only after a pattern that
+    has the group: sed refuses a script naming a group its pattern lacks, and the replay then
+    expects no change)."""
+    ok = [n for n in _NEW_OK if n != old and _groups_fit(old, n)]
     return [int(n) for n in rng.choice(ok, size=size, replace=False)]
 
 

@@ -110,6 +110,10 @@ def test_kinds_compatible_is_reflexive_and_symmetric() -> None:
     ("    return s / len(xs)", V.CALL, "(& - 1)", "    return s / (len(xs) - 1)"),
     ("    q, r = divmod(parts, total)", V.PAIR, "(\\2, \\1)", "    q, r = divmod(total, parts)"),
     ("    x = f(a)", V.CALL, "(\\2, \\1)", "    x = f(a)"),  # sed refuses a missing group: no change
+    ("    return min(lo, max(x, hi))", V.CALLS, "\\3(\\2\\1(", "    return max(lo, min(x, hi))"),
+    ("    y = a.f(b, g(c), h(d)) + (e)", V.CALLS, "\\3(\\2\\1(", "    y = a.h(b, g(c), f(d)) + (e)"),
+    ("    return f(x) + 1", V.CALLS, "\\3(\\2\\1(", "    return f(x) + 1"),  # one call: no match
+    ("    return f(a, b)", V.PAIR, "\\3(\\2\\1(", "    return f(a, b)"),  # <pair> has no group 3
 ])
 def test_patterns_and_templates_replay_what_sed_does(line: str, old: str, new: str, after: str, tmp_path) -> None:
     import subprocess
