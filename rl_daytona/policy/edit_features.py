@@ -22,7 +22,8 @@ from rl_daytona.policy import grammar as G
 from rl_daytona.policy import params as P
 from rl_daytona.policy import vocab as V
 from rl_daytona.policy.decision import Decision, sparse_block
-from rl_daytona.policy.observe import Function, Observation, apply_substitution, code_key, same_code
+from rl_daytona.policy.observe import (Function, Observation, apply_substitution, code_key, failing_functions,
+                                      same_code)
 
 SLOTS = ("edit_line", "old", "new", "flag", "sep")
 _OLD = {name: i for i, name in enumerate(P.OLD_FEATURES)}
@@ -239,7 +240,20 @@ def _line_features(obs: Observation, draft: Draft, n: int) -> tuple[dict[str, fl
     for kind in {V.FRAGMENT_KIND[f] for f in frags}:
         features[f"has_{kind}"] = 1.0
     keys = [("line", fn.name if fn else "", n - (fn.start if fn else 0)), ("text", text.strip())]
+    if failing:  # which of the function's tests fail tells its bugs apart: learn the line per signature
+        keys.append(("tests", fn.name, n - fn.start, tests_of(obs.failing_tests, fn.name, _names(obs))))
     return {k: float(v) for k, v in features.items()}, keys
+
+
+def _names(obs: Observation) -> tuple[str, ...]:
+    return tuple(f.name for f in obs.functions)
+
+
+@lru_cache(maxsize=4096)
+def tests_of(tests: tuple[str, ...], name: str, functions: tuple[str, ...]) -> tuple[str, ...]:
+    """The failing tests that name function `name` (as `observe.failing_functions` maps them)."""
+    fns = tuple(Function(f, 0, 0) for f in functions)
+    return tuple(sorted(t for t in tests if failing_functions((t,), fns) == {name}))
 
 
 def calls_failing(obs: Observation, fn: Function | None) -> bool:

@@ -162,6 +162,27 @@ def test_swapping_the_first_and_last_called_names_is_one_substitution(contexts: 
     assert "incompatible_kind" in feats["(& - 1)"] and "incompatible_kind" in feats["min"]
 
 
+def test_a_line_is_also_learned_per_signature_of_its_functions_failing_tests(contexts: dict[str, list[int]]) -> None:
+    names = ("mean", "mode", "mode_of")
+    assert E.tests_of(("test_mode_most_common", "test_mean_integers", "test_mode_of_ties"), "mode", names) \
+        == ("test_mode_most_common",)  # a test names the longest function it can: `mode_of` here
+    assert E.tests_of(("test_mean_integers",), "mode", names) == ()
+
+    obs = observe(contexts["looked"])  # variant 8: median and percentile fail
+    decision = _decide(obs, EDIT)
+    hashes = next(b for b in decision.blocks if b.param == "line_hash")
+    by_line = {V.line_of(c): set(hashes.index[j][hashes.value[j] != 0]) for j, c in enumerate(decision.candidates)}
+    median = obs.function_at(13)
+    signature = E.tests_of(obs.failing_tests, "median", tuple(f.name for f in obs.functions))
+    assert signature and all(t.startswith("test_median") for t in signature)
+    key = P.hashed("tests", "median", 13 - median.start, signature)
+    assert key in by_line[13]
+    other = P.hashed("tests", "median", 13 - median.start, signature[:-1] + ("test_median_other",))
+    assert other not in by_line[13]  # another set of failing tests is another key
+    passing = [n for n in by_line if obs.function_at(n) and obs.function_at(n).name not in obs.failing_functions]
+    assert passing and all(len(by_line[n]) == 2 for n in passing)  # only (function, offset) and text
+
+
 def test_a_rejected_edit_is_revertible_and_its_revert_is_marked(contexts: dict[str, list[int]]) -> None:
     obs = observe(contexts["edit_rejected"])  # variant 8, line 13 changed `/` to `//`, median still fails
     assert obs.lines[13] == "    return (s[mid - 1] + s[mid]) // 2" and obs.is_dirty_bad(13)
