@@ -239,9 +239,13 @@ def _line_features(obs: Observation, draft: Draft, n: int) -> tuple[dict[str, fl
     }
     for kind in {V.FRAGMENT_KIND[f] for f in frags}:
         features[f"has_{kind}"] = 1.0
-    keys = [("line", fn.name if fn else "", n - (fn.start if fn else 0)), ("text", text.strip())]
-    if failing:  # which of the function's tests fail tells its bugs apart: learn the line per signature
-        keys.append(("tests", fn.name, n - fn.start, tests_of(obs.failing_tests, fn.name, _names(obs))))
+    # Where in a function to edit is learned per signature of the function's failing tests, which
+    # tells its bugs apart: learned across every bug of the function, the line of its most
+    # frequent bug took every attempt at the others (calc's mode.no_increment, textkit's
+    # truncate.cut: 0 of 40 train attempts fixed).
+    where = ("tests", fn.name, n - fn.start, tests_of(obs.failing_tests, fn.name, _names(obs))) if failing \
+        else ("line", fn.name if fn else "", n - (fn.start if fn else 0))
+    keys = [where, ("text", text.strip())]
     return {k: float(v) for k, v in features.items()}, keys
 
 

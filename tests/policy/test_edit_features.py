@@ -162,7 +162,7 @@ def test_swapping_the_first_and_last_called_names_is_one_substitution(contexts: 
     assert "incompatible_kind" in feats["(& - 1)"] and "incompatible_kind" in feats["min"]
 
 
-def test_a_line_is_also_learned_per_signature_of_its_functions_failing_tests(contexts: dict[str, list[int]]) -> None:
+def test_a_failing_functions_line_is_learned_per_signature_of_its_failing_tests(contexts: dict[str, list[int]]) -> None:
     names = ("mean", "mode", "mode_of")
     assert E.tests_of(("test_mode_most_common", "test_mean_integers", "test_mode_of_ties"), "mode", names) \
         == ("test_mode_most_common",)  # a test names the longest function it can: `mode_of` here
@@ -176,11 +176,14 @@ def test_a_line_is_also_learned_per_signature_of_its_functions_failing_tests(con
     signature = E.tests_of(obs.failing_tests, "median", tuple(f.name for f in obs.functions))
     assert signature and all(t.startswith("test_median") for t in signature)
     key = P.hashed("tests", "median", 13 - median.start, signature)
-    assert key in by_line[13]
+    assert key in by_line[13] and P.hashed("line", "median", 13 - median.start) not in by_line[13]
     other = P.hashed("tests", "median", 13 - median.start, signature[:-1] + ("test_median_other",))
     assert other not in by_line[13]  # another set of failing tests is another key
     passing = [n for n in by_line if obs.function_at(n) and obs.function_at(n).name not in obs.failing_functions]
-    assert passing and all(len(by_line[n]) == 2 for n in passing)  # only (function, offset) and text
+    assert passing  # a line of a passing function: (function, offset) and its text
+    for n in passing:
+        fn = obs.function_at(n)
+        assert by_line[n] == {P.hashed("line", fn.name, n - fn.start), P.hashed("text", obs.lines[n].strip())}
 
 
 def test_a_rejected_edit_is_revertible_and_its_revert_is_marked(contexts: dict[str, list[int]]) -> None:
