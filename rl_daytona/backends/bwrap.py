@@ -1,9 +1,9 @@
 """Run one shell command under resource limits, optionally inside a bubblewrap sandbox.
 
 Invariant: a sandboxed command sees a read-only staged root (`sandbox_support.stage_root`)
-holding only /usr, the Python install, a curated handful of /etc files, private /dev (six
-nodes and its own ptys), /proc and size-capped /tmp and /dev/shm, and `/workspace` as its only
-writable host path; it runs as uid 1000 (never host
+holding only /usr, the Python install (its `PythonLayout.hidden` files read as empty), a
+curated handful of /etc files, private /dev (six nodes and its own ptys), /proc and size-capped
+/tmp and /dev/shm, and `/workspace` as its only writable host path; it runs as uid 1000 (never host
 root, so RLIMIT_NPROC binds, counted per command) in fresh user, pid, net, ipc, uts and cgroup
 namespaces with a clean environment and no capabilities, and it dies with its bwrap.
 Its pid 1 is the compiled `sandbox_init.c` helper (limits, user drop, reaping: one exec), or,
@@ -31,7 +31,7 @@ from typing import Awaitable, Callable, Mapping
 
 from rl_daytona.backends.base import WORKSPACE, IsolationUnavailableError
 from rl_daytona.backends import supervise as sv
-from rl_daytona.backends.sandbox_support import INIT_PATH, Support, host_support
+from rl_daytona.backends.sandbox_support import EMPTY_PATH, INIT_PATH, Support, host_support
 from rl_daytona.backends.supervise import RunOutcome
 from rl_daytona.types import SandboxLimits
 
@@ -44,21 +44,34 @@ _smoke_results: dict[tuple[str, "PythonLayout", bool], tuple["Support", str | No
 
 @dataclass(frozen=True)
 class PythonLayout:
-    """Where the sandbox's Python lives: its bin dir (first on PATH) and prefixes to bind."""
+    """Where the sandbox's Python lives: its bin dir (first on PATH), prefixes to bind, and
+    `hidden`: files under them a sandbox sees empty (`_OWN_EDITABLE`)."""
 
     bin_dir: str
     prefixes: tuple[str, ...]
+    hidden: tuple[str, ...] = ()
 
     @classmethod
     def probe(cls, python: str) -> PythonLayout:
         if os.path.abspath(python) == os.path.abspath(sys.executable):
-            found = [sys.prefix, sys.base_prefix]
+            import site
+
+            found, sites = [sys.prefix, sys.base_prefix], site.getsitepackages()
         else:
-            out = subprocess.run([python, "-c", "import sys;print(sys.prefix);print(sys.base_prefix)"],
+            out = subprocess.run([python, "-c", "import sys,site;print(sys.prefix);print(sys.base_prefix);"
+                                  "print(*site.getsitepackages(),sep=chr(10))"],
                                  capture_output=True, text=True, check=True, timeout=30)
-            found = out.stdout.split()
+            lines = out.stdout.splitlines()
+            found, sites = lines[:2], lines[2:]
         found.append(os.path.dirname(os.path.realpath(python)))
-        return cls(os.path.dirname(os.path.abspath(python)), _outermost(found))
+        hidden = sorted(str(p) for d in sites for p in Path(d).glob(_OWN_EDITABLE) if p.is_file())
+        return cls(os.path.dirname(os.path.abspath(python)), _outermost(found), tuple(hidden))
+
+
+# An editable install of rl_daytona itself: its .pth imports a finder (pathlib, importlib.util,
+# urllib...) in every Python start, ~25 ms CPU each, for a package whose source folder is not
+# in the sandbox anyway. Sandboxes see the file empty (the package stays out of their sys.path).
+_OWN_EDITABLE = "__editable__.rl_daytona-*.pth"
 
 
 def _outermost(paths: list[str]) -> tuple[str, ...]:
@@ -116,6 +129,8 @@ def bwrap_argv(bwrap: str, view: WorkspaceView, python: PythonLayout, limits: Sa
     argv += _dirs_under_tmp(mount_points)  # e.g. a CI clone's venv: bound on top of /tmp
     for prefix in python.prefixes:
         argv += ["--ro-bind", prefix, prefix]
+    for hidden in python.hidden:
+        argv += ["--ro-bind", str(root / EMPTY_PATH), hidden]
     # the staged nodes, bound with devices allowed (read-only would also mean nodev): the
     # directory is host root's, so the sandbox user cannot change it
     argv += ["--dev-bind", str(root / "dev"), "/dev"] if support.staged_dev \

@@ -35,8 +35,9 @@ _ETC_DATA = {
     "hosts": b"127.0.0.1 localhost\n::1 localhost\n",
 }
 INIT_PATH = "/init"  # where the helper is in a sandbox
+EMPTY_PATH = ".empty"  # an empty read-only file in the staged root, bound over hidden files
 _INIT_SOURCE = Path(__file__).with_name("sandbox_init.c")
-_ROOT_FORMAT = b"root-1"  # bump when the staged root's layout changes
+_ROOT_FORMAT = b"root-2"  # bump when the staged root's layout changes
 _ROOT_DIRS = ("usr", "tmp", "proc", "workspace", "dev")
 _DEVICES = {"null": (1, 3), "zero": (1, 5), "full": (1, 7), "random": (1, 8), "urandom": (1, 9), "tty": (5, 0)}
 _DEV_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
@@ -131,7 +132,8 @@ def stage_root(cache: Path, support: Support, mount_points: tuple[str, ...]) -> 
     """The sandbox's `/`: /etc, the helper at /init, symlinks /bin, /sbin, /lib(64) into /usr,
     empty /usr, /tmp, /proc, /workspace, /dev and a directory (0755, parents too) for each of
     `mount_points` outside /tmp (those go on the per-command tmpfs), and with
-    `support.staged_dev`, /dev's nodes, symlinks and empty shm and pts. Named by its content."""
+    `support.staged_dev`, /dev's nodes, symlinks and empty shm and pts, and the empty file
+    `EMPTY_PATH` (bound over host files a sandbox must not see). Named by its content."""
     points = sorted({p for p in mount_points if p != "/tmp" and not p.startswith("/tmp/")})
     digest = hashlib.sha256(_ROOT_FORMAT)
     for part in (support.etc.name, Path(support.init).name if support.init else "-",
@@ -155,6 +157,8 @@ def stage_root(cache: Path, support: Support, mount_points: tuple[str, ...]) -> 
                     os.chmod(staging / part, 0o755)
         if support.staged_dev:
             _fill_dev(staging / "dev")
+        (staging / EMPTY_PATH).touch()
+        os.chmod(staging / EMPTY_PATH, 0o444)
 
     return _publish(cache / f"root-{digest.hexdigest()[:16]}", fill)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import site
+import sys
 import socket
 import time
 import uuid
@@ -16,6 +18,7 @@ import pytest
 from rl_daytona.backends.base import (
     Backend, IsolationUnavailableError, SandboxError, SandboxHandle,
 )
+from rl_daytona.backends import bwrap as bw
 from rl_daytona.backends import sandbox_support as ss
 from rl_daytona.backends.local import LocalBackend
 from rl_daytona.types import SandboxLimits
@@ -191,6 +194,36 @@ def test_python_prefixes_under_tmp_and_elsewhere_are_bound(backend: LocalBackend
                                        f"echo writable; stat -c %a {under_tmp.parent} {elsewhere.parent}")
         assert seen.stdout.split() == ["tmp", "prefix", "other", "prefix", "writable", "755", "755"], seen
     run(go())
+
+
+def test_hidden_files_read_empty_and_the_trainers_own_editable_finder_is_one(backend: LocalBackend,
+                                                                            tmp_path: Path) -> None:
+    """A file of the layout's `hidden` reads empty in a sandbox (the host file is untouched);
+    the probe hides an editable install's .pth of rl_daytona itself (its finder would be
+    imported by every Python start, for a package whose folder no sandbox sees)."""
+    prefix = tmp_path / "venv"
+    prefix.mkdir()
+    pth = prefix / "__editable__.rl_daytona-0.1.0.pth"
+    pth.write_text("import sys; print('finder loaded')\n")
+    (prefix / "kept.pth").write_text("kept\n")
+    backend._python = replace(backend._python, prefixes=(*backend._python.prefixes, str(prefix)),
+                              hidden=(*backend._python.hidden, str(pth)))
+
+    async def go() -> None:
+        box = await _sandbox(backend)
+        seen = await backend.exec(box, f"wc -c < {pth}; cat {prefix}/kept.pth")
+        assert seen.stdout.split() == ["0", "kept"], seen
+    run(go())
+    assert pth.read_text().startswith("import sys")
+    probed = bw.PythonLayout.probe(sys.executable)
+    editable = sorted(str(p) for d in site.getsitepackages() for p in Path(d).glob("__editable__.rl_daytona-*.pth"))
+    assert list(probed.hidden) == editable
+    if editable:  # the clone's own setup (scripts/setup.sh) installs the project editable
+        async def python_path() -> str:
+            box = await _sandbox(backend)
+            return (await backend.exec(box, "python -c 'import sys; print(sys.path)'")).stdout
+        backend._python = probed
+        assert "__editable__" not in run(python_path())
 
 
 def _outside_tmp() -> Path:
