@@ -64,6 +64,24 @@ def test_untouched_bug_pays_zero_and_names_the_failing_tests(local_backend: Loca
     assert_zero(grade(local_backend, {"calc.py": BUGGY}), "test_calc.py::test_mean_integers (failed)")
 
 
+def test_a_pristine_test_that_cannot_be_collected_pays_zero_and_says_why(local_backend: LocalBackend) -> None:
+    """Reports carry a failure's exception line (`--tb=line`: no frame sources are built)."""
+    broken = "import no_such_module_here\n\ndef test_x():\n    pass\n"
+
+    async def run() -> GradeResult:
+        sandbox = await local_backend.create("grader-test")
+        try:
+            await local_backend.write_files(sandbox, {"calc.py": PRISTINE, "test_broken.py": broken})
+            return await grade_pytest(local_backend, sandbox, sources=["calc.py"],
+                                      tests={"test_broken.py": broken}, expected_passed=1, timeout=20.0)
+        finally:
+            await local_backend.delete(sandbox)
+
+    result = asyncio.run(run())
+    assert_zero(result, "collection errors")
+    assert "No module named 'no_such_module_here'" in result.detail, result.detail
+
+
 def test_a_fix_still_pays_when_the_workspace_tests_were_sabotaged(local_backend: LocalBackend) -> None:
     assert grade(local_backend, {"calc.py": PRISTINE, "test_calc.py": "raise SystemExit(3)\n"}).reward == 1.0
 
