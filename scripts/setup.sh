@@ -14,9 +14,9 @@ UV=.venv/uv/bin/uv
 [ -x .venv/bin/python ] || "$PY" -m venv --without-pip .venv
 export UV_LINK_MODE=copy  # the uv cache and .venv may sit on different filesystems
 venv_pip() {
-  .venv/bin/python -m pip --version >/dev/null 2>&1 || .venv/bin/python -m ensurepip -q >/dev/null
+  .venv/bin/python -m pip --version >/dev/null 2>&1 || .venv/bin/python -m ensurepip >/dev/null
 }
-have_uv() { [ -x "$UV" ] && [ "$("$UV" --version 2>/dev/null)" = "uv $UV_VERSION" ]; }
+have_uv() { [ -x "$UV" ] && case "$("$UV" --version 2>/dev/null)" in "uv $UV_VERSION"|"uv $UV_VERSION "*) ;; *) false ;; esac; }
 get_uv() {
   have_uv && return 0
   rm -rf .venv/uv
