@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import resource
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -33,11 +32,6 @@ KINDS = {
 }
 
 
-def children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 async def measure(backend: LocalBackend, taskset: str, n: int, label: str) -> None:
     instance = get_taskset(taskset).split("train")[0]
     sandbox = await backend.create("cpu-bench")
@@ -48,16 +42,16 @@ async def measure(backend: LocalBackend, taskset: str, n: int, label: str) -> No
     source = listing[0] if listing else "x.py"
     for name, command in KINDS.items():
         command = command.replace("{source}", source)
-        start = children_cpu()
+        start = backend.cpu_seconds()
         for _ in range(n):
             result = await backend.exec(sandbox, command)
-        print(f"{label:8s} {name:18s} {1000 * (children_cpu() - start) / n:7.1f} CPU-ms  (exit {result.exit_code})")
-    start = children_cpu()
+        print(f"{label:8s} {name:18s} {1000 * (backend.cpu_seconds() - start) / n:7.1f} CPU-ms  (exit {result.exit_code})")
+    start = backend.cpu_seconds()
     for _ in range(n):
         graded = await run.reward()
         run = instance.start(env)
         await run.prompt()
-    print(f"{label:8s} {'grading':18s} {1000 * (children_cpu() - start) / n:7.1f} CPU-ms  (reward {graded.reward})")
+    print(f"{label:8s} {'grading':18s} {1000 * (backend.cpu_seconds() - start) / n:7.1f} CPU-ms  (reward {graded.reward})")
     await backend.delete(sandbox)
 
 
