@@ -16,7 +16,7 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Sequence
+from typing import Callable, Sequence
 
 from rl_daytona.policy import grammar as G
 from rl_daytona.policy import params as P
@@ -29,6 +29,7 @@ SLOTS = ("edit_line", "old", "new", "flag", "sep")
 _OLD = {name: i for i, name in enumerate(P.OLD_FEATURES)}
 _NEW = {name: i for i, name in enumerate(P.NEW_FEATURES)}
 _FLAG = {name: i for i, name in enumerate(P.FLAG_FEATURES)}
+_LINE = {name: i for i, name in enumerate(P.LINE_FEATURES)}
 
 
 def _kind_relation(a: int, b: int) -> tuple[tuple[int, float], ...]:
@@ -113,17 +114,36 @@ def global_reads(code) -> set[str]:  # noqa: ANN001 - a code object
     return out
 
 
-def _edit_checks(obs: Observation, draft: Draft, line: int, after: str | None) -> tuple[bool, bool]:
-    """(breaks syntax, reads an unknown global) for the function after `line` becomes `after`."""
+def _edit_checker(obs: Observation, draft: Draft, line: int) -> Callable[[str | None], tuple[bool, bool]]:
+    """after -> (breaks syntax, reads an unknown global) for the function once `line` becomes
+    `after`. The function's other lines are joined once: a decision weighs every replacement
+    on one line."""
     fn = obs.function_at(line)
-    if fn is None or after is None:
-        return False, False
-    body = [after if n == line else draft.working.get(n, "") for n in range(fn.start, fn.end + 1)]
-    ok, names = check_function("\n".join(body).rstrip() + "\n")
-    if not ok:
-        return True, False
-    known = _BUILTINS | {f.name for f in obs.functions}
-    return False, bool(names - known) or _updates_unbound(after, body[: line - fn.start])
+    if fn is None:
+        return _no_checks
+    earlier = [draft.working.get(n, "") for n in range(fn.start, line)]
+    head = "\n".join(earlier) + "\n" if earlier else ""
+    tail = "".join("\n" + draft.working.get(n, "") for n in range(line + 1, fn.end + 1))
+    known = _known_names(tuple(f.name for f in obs.functions))
+
+    def check(after: str | None) -> tuple[bool, bool]:
+        if after is None:
+            return False, False
+        ok, names = check_function((head + after + tail).rstrip() + "\n")
+        if not ok:
+            return True, False
+        return False, bool(names - known) or _updates_unbound(after, earlier)
+
+    return check
+
+
+def _no_checks(after: str | None) -> tuple[bool, bool]:
+    return False, False
+
+
+@lru_cache(maxsize=4096)
+def _known_names(functions: tuple[str, ...]) -> frozenset[str]:
+    return _BUILTINS | frozenset(functions)
 
 
 _AUGMENTED = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?:\+|-|\*|/|//|%|\*\*)=")
@@ -140,9 +160,10 @@ def _updates_unbound(after: str, earlier: list[str]) -> bool:
 
 def _has_valid_new(obs: Observation, draft: "Draft", line: int, text: str, old: int) -> bool:
     """Whether some compatible replacement of `old` on this line changes it into valid code."""
+    checks = _edit_checker(obs, draft, line)
     for new, after in enumerate(replaced(text, old)):
         if after != text and V.kinds_compatible(V.FRAGMENT_KIND[old], V.FRAGMENT_KIND[new]):
-            if _edit_checks(obs, draft, line, after) == (False, False):
+            if checks(after) == (False, False):
                 return True
     return False
 
@@ -214,7 +235,7 @@ def _line_decision(obs: Observation, draft: Draft, allowed: tuple[int, ...]) -> 
     rows, hashes = [], []
     for token in candidates:
         features, keys = _line_features(obs, draft, V.line_of(token))
-        rows.append([(P.LINE_FEATURES.index(name), v) for name, v in features.items() if v])
+        rows.append([(_LINE[name], v) for name, v in features.items() if v])
         hashes.append([(P.hashed(*key), 1.0) for key in keys])
     return Decision(candidates, (sparse_block("line_w", rows), sparse_block("line_hash", hashes)))
 
@@ -323,11 +344,12 @@ def _new_decision(obs: Observation, draft: Draft, line: int, old: int, allowed: 
     bad = text is not None and obs.is_dirty_bad(line, text)
     original = obs.original.get(line)
     rows, hashes, pairs = [], [], []
+    checks = _edit_checker(obs, draft, line)
     for token in allowed:
         r = V.fragment_of(token)
         after = results[r] if results is not None else None
         reverts = bad and (same_code(after, original) or same_code(_second(text, old, r), original))
-        syntax, unknown = _edit_checks(obs, draft, line, after) if after != text else (False, False)
+        syntax, unknown = checks(after) if after != text else (False, False)
         rows.append([(_NEW["reverts"], float(reverts)),
                      (_NEW["known_bad"], float((line, after) in obs.bad_texts)), *_KIND_RELATION[old][r],
                      (_NEW["breaks_syntax"], float(syntax)), (_NEW["unknown_name"], float(unknown)),
@@ -383,13 +405,14 @@ def _flag_decision(obs: Observation, draft: Draft, line: int, old: int, new: int
     original = obs.original.get(line)
     slot = P.SLOTS.index("flag")
     rows, features = [], []
+    checks = _edit_checker(obs, draft, line)
     for token in allowed:
         rows.append([(slot * V.BYTE_OFFSET + token, 1.0)])
         if text is None:
             features.append([])
             continue
         after = apply_substitution(text, G.Substitution(line, old, new, G.occurrence_of(token)))
-        syntax, unknown = _edit_checks(obs, draft, line, after) if after != text else (False, False)
+        syntax, unknown = checks(after) if after != text else (False, False)
         features.append([(_FLAG["reverts"], float(bad and same_code(after, original))),
                          (_FLAG["no_change"], float(after == text)), (_FLAG["breaks"], float(syntax or unknown))])
     return Decision(allowed, (sparse_block("slot_w", rows), sparse_block("flag_w", features)))

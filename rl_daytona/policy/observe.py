@@ -91,6 +91,10 @@ class Observation:
     def for_path(self, path: str) -> "Observation":
         """This observation with `lines`... describing `path` (empty when never seen)."""
         b = self.beliefs.get(path, FileBelief())
+        if path == self.path and b.lines is self.lines and b.original is self.original \
+                and b.functions is self.functions and b.bad_texts is self.bad_texts \
+                and b.failing_functions is self.failing_functions:
+            return self  # already so (asked before every edit decision)
         return replace(self, path=path, lines=b.lines, original=b.original, bad_texts=b.bad_texts,
                        functions=b.functions, failing_functions=b.failing_functions)
 

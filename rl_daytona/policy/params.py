@@ -8,6 +8,7 @@ the layout here is the only place that knows the shapes.
 from __future__ import annotations
 
 import zlib
+from functools import lru_cache
 
 from rl_daytona.policy import grammar as G
 from rl_daytona.policy import vocab as V
@@ -64,7 +65,9 @@ def index(names: tuple[str, ...], name: str) -> int:
     return names.index(name)
 
 
+@lru_cache(maxsize=1 << 18, typed=True)
 def hashed(*parts: object) -> int:
-    """A stable (unsalted) hash bucket of a tuple of parts."""
+    """A stable (unsalted) hash bucket of a tuple of parts (hashable ones: memoised, as the
+    policy asks it of every candidate of every decision)."""
     key = "\x1f".join(str(p) for p in parts).encode("utf-8")
     return zlib.crc32(key) % HASH_SIZE

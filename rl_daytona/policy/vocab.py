@@ -123,6 +123,7 @@ COMPATIBLE_KINDS: tuple[frozenset[str], ...] = (
 )
 
 
+@lru_cache(maxsize=None)
 def kinds_compatible(a: str, b: str) -> bool:
     return a == b or any(a in group and b in group for group in COMPATIBLE_KINDS)
 

@@ -149,19 +149,28 @@ def module_names(sources: tuple[str, ...]) -> list[str]:
 
 
 def bootstrap_program(plan: GradePlan, nonce: str, workspace: str = WORKSPACE, tmpdir: str = "/tmp") -> bytes:
-    """The Python program sent on stdin: the bootstrap source plus its embedded config."""
+    """The Python program sent on stdin: the bootstrap source, its embedded config, the nonce."""
+    return f"{_bootstrap_source()}\n\nmain({_config_blob(plan, workspace, tmpdir)!r}, {nonce!r})\n".encode()
+
+
+@lru_cache(maxsize=256)
+def _config_blob(plan: GradePlan, workspace: str, tmpdir: str) -> str:
+    """The config, compressed once per plan (every attempt at a task grades against the same
+    one): the programs would take the Daytona toolbox transport past its 64 KiB of stdin."""
     config = {
-        "nonce": nonce, "workspace": workspace, "tmpdir": tmpdir, "timeout": plan.timeout,
+        "workspace": workspace, "tmpdir": tmpdir, "timeout": plan.timeout,
         "sources": list(plan.sources), "tests": dict(plan.tests),
         "locations": {node: {"file": f, "name": n, "lines": list(ls)} for node, f, n, ls in plan.locations},
         "programs": {f"rlgrade_{name}.py": (_HERE / f"grader_{name}.py").read_text()
                      for name in ("start", "runner", "worker", "codec", "proxy", "imports")},
         "modules": module_names(plan.sources),
     }
-    # compressed: the programs would take the Daytona toolbox transport past its 64 KiB of stdin
-    encoded = base64.b64encode(zlib.compress(json.dumps(config).encode(), 9)).decode()
-    source = (_HERE / "grader_bootstrap.py").read_text()
-    return f"{source}\n\nmain({encoded!r})\n".encode()
+    return base64.b64encode(zlib.compress(json.dumps(config).encode(), 9)).decode()
+
+
+@lru_cache(maxsize=1)
+def _bootstrap_source() -> str:
+    return (_HERE / "grader_bootstrap.py").read_text()
 
 
 def parse_grade_output(stdout: str, nonce: str) -> dict[str, Any] | None:

@@ -225,9 +225,9 @@ def grade(cfg: dict[str, Any]) -> dict[str, Any]:
     return {**verdict, "status": "ok", "detail": "", "report": report}
 
 
-def main(config_b64: str) -> None:
+def main(config_b64: str, nonce: str) -> None:
     make_undumpable()
-    cfg = json.loads(zlib.decompress(base64.b64decode(config_b64)))
+    cfg = {**json.loads(zlib.decompress(base64.b64decode(config_b64))), "nonce": nonce}
     try:
         verdict = grade(cfg)
     except GradeFailure as exc:

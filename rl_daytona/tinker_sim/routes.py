@@ -32,7 +32,7 @@ STATE = web.AppKey("state", SimState)
 FAULTS = web.AppKey("faults", Faults)
 NOT_APPLIED = web.RequestKey("not_applied", bool)  # a failed future: no lost reply after it
 PROTO = "application/x-protobuf"
-CLIENT_CONFIG = {"pjwt_auth_enabled": False, "use_pyqwest_transport": False, "parallel_fwdbwd_chunks": False,
+CLIENT_CONFIG = {"pjwt_auth_enabled": False, "use_pyqwest_transport": True, "parallel_fwdbwd_chunks": False,
                  "proto_compress_fwdbwd": False, "sample_use_retrieve_futures": False,
                  "sample_join_sampling_session": False, "sample_enable_stuck_detection": False}
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -1,0 +1,107 @@
+"""The host CPU of one agent turn on the quickstart's policy path, replaying a run's real chats.
+
+    .venv/bin/python scripts/bench_host_path.py runs/quickstart/rollouts.jsonl [--turns 1500] [--concurrency 8]
+
+This process opens the run's trainer exactly as `rl-daytona train` does (`open_trainer`: the
+local Tinker-compatible service as a child process, the tinker SDK's SamplingClient, the
+agents' OpenAI-compatible endpoint in front of it). A client child process then sends every
+chat prefix that ended in a model turn in ROLLOUTS (the messages the agents really sent),
+CONCURRENCY at a time, through the same POST the agent makes. No sandbox runs. Prints the CPU
+of each of the three processes per turn: the endpoint + SDK (the driver's share of a run), the
+service (the policy's sampling), the client (a RolloutActor's HTTP share).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def _prefixes(path: Path, limit: int) -> list[list[dict]]:
+    out: list[list[dict]] = []
+    with path.open() as f:
+        for line in f:
+            messages = json.loads(line)["trajectory"]["messages"]
+            out += [messages[:k] for k, m in enumerate(messages) if m.get("role") == "assistant"]
+            if len(out) >= limit:
+                return out[:limit]
+    return out
+
+
+def _proc_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _client(url: str, prefixes: list[list[dict]], concurrency: int) -> None:
+    import openai
+
+    from rl_daytona.agent import Settings, _complete
+
+    client = openai.AsyncOpenAI(base_url=url, api_key="unused", max_retries=0)
+    settings = Settings()
+    queue = list(reversed(prefixes))
+
+    async def worker() -> None:
+        while queue:
+            await _complete(client, queue.pop(), settings)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("rollouts", type=Path)
+    ap.add_argument("--turns", type=int, default=1500)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--client", help=argparse.SUPPRESS)  # the child: URL
+    args = ap.parse_args()
+    prefixes = _prefixes(args.rollouts, args.turns)
+    if args.client:
+        started = time.process_time()
+        asyncio.run(_client(args.client, prefixes, args.concurrency))
+        print(json.dumps({"cpu": time.process_time() - started}))
+        return
+    if not prefixes:
+        sys.exit(f"bench_host_path: no model turns in {args.rollouts}")
+
+    from rl_daytona.tinker_run import TinkerTarget, open_trainer
+
+    with open_trainer(TinkerTarget()) as trainer:
+        sim = next(p for p in Path("/proc").iterdir() if p.name.isdigit() and _is_child_sim(p))
+        asyncio.run(_client(trainer.url, prefixes[:16], 4))  # warm: connections, first-call imports
+        own0, sim0, wall0 = _self_cpu(), _proc_cpu(int(sim.name)), time.perf_counter()
+        child = subprocess.run([sys.executable, __file__, str(args.rollouts), "--turns", str(args.turns),
+                                "--concurrency", str(args.concurrency), "--client", trainer.url],
+                               capture_output=True, text=True, check=True)
+        own, sim_cpu, wall = _self_cpu() - own0, _proc_cpu(int(sim.name)) - sim0, time.perf_counter() - wall0
+    client = json.loads(child.stdout.strip().splitlines()[-1])["cpu"]
+    n = len(prefixes)
+    print(f"{n} turns (from {args.rollouts}), concurrency {args.concurrency}, {wall:.1f} s wall")
+    print(f"  endpoint + tinker SDK (driver) {1000 * own / n:6.2f} ms CPU per turn")
+    print(f"  local Tinker service (policy)  {1000 * sim_cpu / n:6.2f} ms CPU per turn")
+    print(f"  client (the agents' HTTP)      {1000 * client / n:6.2f} ms CPU per turn")
+
+
+def _self_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _is_child_sim(proc: Path) -> bool:
+    try:
+        stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        return int(stat[1]) == os.getpid() and b"tinker_sim" in (proc / "cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+if __name__ == "__main__":
+    main()
