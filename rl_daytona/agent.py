@@ -20,10 +20,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import openai
-from openai.types.chat import ChatCompletion
-
 from rl_daytona.backends.base import Backend, SandboxHandle
+from rl_daytona.chat_client import ChatClient, ChatError
 from rl_daytona.learn.segments import SegmentedTokens, SegmentError
 from rl_daytona.types import Settings, Trajectory
 
@@ -104,22 +102,32 @@ def _ids(value: Any, what: str) -> list[int] | None:
     return value
 
 
-def _parse_turn(resp: Any) -> Turn:
+def _parse_turn(resp: dict[str, Any]) -> Turn:
     """The reply's parts, or an AgentError saying what is missing or of the wrong type."""
     try:
-        choice = resp.choices[0]
-        message = choice.message
-        content = message.content
+        choice = resp["choices"][0]
+        message = _field(choice, "message")
+        content = message.get("content")
         if content is not None and not isinstance(content, str):
             raise TypeError(f"message content is a {type(content).__name__}")
-        calls = tuple(ToolCall(str(c.id), str(c.function.name), _arguments(c.function.arguments))
-                      for c in (message.tool_calls or ()))
-        lps = choice.logprobs.content if choice.logprobs and choice.logprobs.content else []
-        logprobs = [float(c.logprob) for c in lps]
-    except (AttributeError, TypeError, ValueError, IndexError) as exc:
+        raw_calls = message.get("tool_calls") or []
+        if not isinstance(raw_calls, list):
+            raise TypeError(f"tool_calls is a {type(raw_calls).__name__}, not a list")
+        calls = tuple(ToolCall(str(c.get("id")), str(_field(c, "function").get("name")),
+                               _arguments(_field(c, "function").get("arguments"))) for c in raw_calls)
+        lps = (choice.get("logprobs") or {}).get("content") or []
+        logprobs = [float(c["logprob"]) for c in lps]
+    except (AttributeError, TypeError, ValueError, IndexError, KeyError) as exc:
         raise AgentError(f"policy endpoint sent a malformed reply: {type(exc).__name__}: {str(exc)[:200]}") from None
-    return Turn(content, calls, _ids((resp.model_extra or {}).get("prompt_token_ids"), "prompt_token_ids"),
-                _ids((choice.model_extra or {}).get("token_ids"), "token_ids"), logprobs)
+    return Turn(content, calls, _ids(resp.get("prompt_token_ids"), "prompt_token_ids"),
+                _ids(choice.get("token_ids"), "token_ids"), logprobs)
+
+
+def _field(parent: dict[str, Any], key: str) -> dict[str, Any]:
+    value = parent.get(key)
+    if not isinstance(value, dict):
+        raise TypeError(f"{key!r} is {'missing' if value is None else 'a ' + type(value).__name__}, not an object")
+    return value
 
 
 def _arguments(value: Any) -> str:
@@ -147,18 +155,15 @@ def _command_of(call: ToolCall) -> tuple[str | None, str]:
     return command, ""
 
 
-async def _complete(client: openai.AsyncOpenAI, messages: list[dict[str, Any]], settings: Settings) -> Any:
+async def _complete(client: ChatClient, messages: list[dict[str, Any]], settings: Settings) -> dict[str, Any]:
     try:
-        # the SDK's own POST, without `chat.completions.create`'s walk through the typed params:
-        # on a 10-turn chat that walk was a third of a RolloutActor's CPU; these are JSON already
-        resp = await client.post("/chat/completions", cast_to=ChatCompletion, body={
+        resp = await client.complete({
             "model": settings.model, "messages": messages, "tools": [BASH_TOOL],
             "temperature": settings.temperature, "max_tokens": settings.max_tokens,
             "logprobs": True, "return_token_ids": True})
-    except (openai.OpenAIError, ValueError) as exc:  # ValueError: a body that is not JSON
-        message = " ".join(str(exc).split())[:200]
-        raise AgentError(f"policy endpoint failed: {type(exc).__name__}: {message}") from exc
-    if not getattr(resp, "choices", None):
+    except ChatError as exc:
+        raise AgentError(f"policy endpoint failed: {' '.join(str(exc).split())[:200]}") from exc
+    if not isinstance(resp.get("choices"), list) or not resp["choices"]:
         raise AgentError("policy endpoint returned no choices")
     return resp
 
@@ -174,7 +179,7 @@ async def _run_tool(backend: Backend, sandbox: SandboxHandle, call: ToolCall, se
     return f"{truncate_output(result.output, settings.output_limit)}\n[exit code {result.exit_code}{note}]"
 
 
-async def run_agent(client: openai.AsyncOpenAI, backend: Backend, sandbox: SandboxHandle,
+async def run_agent(client: ChatClient, backend: Backend, sandbox: SandboxHandle,
                     prompt: str, settings: Settings) -> Trajectory:
     """Run chat turns until the model answers without a tool call or the turn limit is hit."""
     messages: list[dict[str, Any]] = [
@@ -202,8 +207,8 @@ def _assistant_message(content: str | None, tool_calls: Sequence[ToolCall]) -> d
     return {"role": "assistant", "content": content, "tool_calls": calls}
 
 
-def _policy_version(resp: Any) -> int:
-    fingerprint = getattr(resp, "system_fingerprint", None) or ""
+def _policy_version(resp: dict[str, Any]) -> int:
+    fingerprint = str(resp.get("system_fingerprint") or "")
     tail = fingerprint.rsplit("-v", 1)[-1]
     return int(tail) if tail.isdigit() else 0
 

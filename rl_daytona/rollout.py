@@ -17,11 +17,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import httpx2 as httpx
-import openai
-
 from rl_daytona.agent import AgentError, run_agent
 from rl_daytona.backends import BackendSpec, SandboxError, SandboxHandle, make_backend
+from rl_daytona.chat_client import ChatClient
 from rl_daytona.ray_errors import lost_actor_errors
 from rl_daytona.tasks import GradeResult, TaskEnv, get_taskset
 from rl_daytona.types import PhaseTimings, Rollout, RolloutRequest, RolloutStatus, Settings, Trajectory
@@ -79,10 +77,8 @@ class RolloutActor:
         self.pool, self.settings, self.name = pool, settings, name
         self.backend = make_backend(spec)
         self.taskset = get_taskset(taskset)
-        limits = httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency)
-        self.client = openai.AsyncOpenAI(
-            base_url=settings.policy_url, api_key=os.environ.get("OPENAI_API_KEY") or "none",
-            max_retries=2, timeout=120.0, http_client=httpx.AsyncClient(limits=limits, timeout=120.0))
+        self.client = ChatClient(settings.policy_url, os.environ.get("OPENAI_API_KEY") or "none",
+                                 max_connections=max_concurrency, timeout=120.0, max_retries=2)
         self._releases: set[asyncio.Task[Any]] = set()
         self._done = 0
         self._in_flight = 0

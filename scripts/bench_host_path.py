@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from rl_daytona.types import Settings
+
 
 def _prefixes(path: Path, limit: int) -> list[list[dict]]:
     out: list[list[dict]] = []
@@ -40,20 +42,39 @@ def _proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _client(url: str, prefixes: list[list[dict]], concurrency: int) -> None:
-    import openai
+async def _client(url: str, prefixes: list[list[dict]], concurrency: int, http: str) -> None:
+    from rl_daytona.agent import BASH_TOOL
+    from rl_daytona.chat_client import ChatClient
 
-    from rl_daytona.agent import Settings, _complete
-
-    client = openai.AsyncOpenAI(base_url=url, api_key="unused", max_retries=0)
     settings = Settings()
     queue = list(reversed(prefixes))
 
+    def body(messages: list[dict]) -> dict:
+        return {"model": settings.model, "messages": messages, "tools": [BASH_TOOL], "temperature": settings.temperature,
+                "max_tokens": settings.max_tokens, "logprobs": True, "return_token_ids": True}
+
+    if http == "openai":  # the SDK's own POST, as the agent made it before ChatClient
+        import openai
+        from openai.types.chat import ChatCompletion
+
+        sdk = openai.AsyncOpenAI(base_url=url, api_key="unused", max_retries=0)
+
+        async def post(messages: list[dict]) -> None:
+            await sdk.post("/chat/completions", cast_to=ChatCompletion, body=body(messages))
+    else:
+        chat = ChatClient(url, max_connections=concurrency)
+
+        async def post(messages: list[dict]) -> None:
+            await chat.complete(body(messages))
+
     async def worker() -> None:
         while queue:
-            await _complete(client, queue.pop(), settings)
+            await post(queue.pop())
 
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    try:
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    finally:
+        await (sdk.close() if http == "openai" else chat.close())
 
 
 def main() -> None:
@@ -61,12 +82,14 @@ def main() -> None:
     ap.add_argument("rollouts", type=Path)
     ap.add_argument("--turns", type=int, default=1500)
     ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--http", choices=("aiohttp", "openai"), default="aiohttp",
+                    help="the client's HTTP: the agent's ChatClient (aiohttp) or the openai SDK's POST")
     ap.add_argument("--client", help=argparse.SUPPRESS)  # the child: URL
     args = ap.parse_args()
     prefixes = _prefixes(args.rollouts, args.turns)
     if args.client:
         started = time.process_time()
-        asyncio.run(_client(args.client, prefixes, args.concurrency))
+        asyncio.run(_client(args.client, prefixes, args.concurrency, args.http))
         print(json.dumps({"cpu": time.process_time() - started}))
         return
     if not prefixes:
@@ -76,10 +99,10 @@ def main() -> None:
 
     with open_trainer(TinkerTarget()) as trainer:
         sim = next(p for p in Path("/proc").iterdir() if p.name.isdigit() and _is_child_sim(p))
-        asyncio.run(_client(trainer.url, prefixes[:16], 4))  # warm: connections, first-call imports
+        asyncio.run(_client(trainer.url, prefixes[:16], 4, args.http))  # warm: connections, first-call imports
         own0, sim0, wall0 = _self_cpu(), _proc_cpu(int(sim.name)), time.perf_counter()
         child = subprocess.run([sys.executable, __file__, str(args.rollouts), "--turns", str(args.turns),
-                                "--concurrency", str(args.concurrency), "--client", trainer.url],
+                                "--concurrency", str(args.concurrency), "--http", args.http, "--client", trainer.url],
                                capture_output=True, text=True, check=True)
         own, sim_cpu, wall = _self_cpu() - own0, _proc_cpu(int(sim.name)) - sim0, time.perf_counter() - wall0
     client = json.loads(child.stdout.strip().splitlines()[-1])["cpu"]
@@ -87,7 +110,7 @@ def main() -> None:
     print(f"{n} turns (from {args.rollouts}), concurrency {args.concurrency}, {wall:.1f} s wall")
     print(f"  endpoint + tinker SDK (driver) {1000 * own / n:6.2f} ms CPU per turn")
     print(f"  local Tinker service (policy)  {1000 * sim_cpu / n:6.2f} ms CPU per turn")
-    print(f"  client (the agents' HTTP)      {1000 * client / n:6.2f} ms CPU per turn")
+    print(f"  client (the agents' HTTP, {args.http:7s}) {1000 * client / n:6.2f} ms CPU per turn")
 
 
 def _self_cpu() -> float:

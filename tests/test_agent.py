@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import openai
 import pytest
 
+from rl_daytona.chat_client import ChatClient
 from rl_daytona.agent import (
     FINAL_ANSWER_LIMIT,
     MAX_COMMAND_BYTES,
@@ -26,7 +26,7 @@ def _run(replies: list[Reply], tmp_path: Path, **settings: object) -> tuple[obje
         backend = LocalBackend(tmp_path / "sb")
         sandbox = await backend.create("agent-test")
         await backend.write_files(sandbox, {"hello.txt": "hi there\n"})
-        client = openai.AsyncOpenAI(base_url=llm.url, api_key="none", max_retries=0)
+        client = ChatClient(llm.url, max_retries=0)
         try:
             return await run_agent(client, backend, sandbox, "say hi", Settings(**settings))  # type: ignore[arg-type]
         finally:
@@ -123,14 +123,15 @@ def test_a_huge_final_answer_is_stored_cut_with_its_tokens_whole(tmp_path: Path)
 
 
 @pytest.mark.parametrize("reply, error", [
-    (Reply(raw_body="<html>502 Bad Gateway</html>"), "policy endpoint failed: JSONDecodeError: Expecting value"),
+    (Reply(raw_body="<html>502 Bad Gateway</html>"), "policy endpoint failed: the reply is not JSON: Expecting value"),
     (Reply(message={"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function"}]}),
-     "malformed reply: AttributeError: 'NoneType' object has no attribute 'name'"),
+     "malformed reply: TypeError: 'function' is missing, not an object"),
     (Reply(message={"role": "assistant", "content": None, "tool_calls": [
         {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": {"command": "ls"}}}]}),
      "malformed reply: TypeError: tool-call arguments are a dict, not a JSON string"),
     (Reply(message={"role": "assistant", "content": 42}), "malformed reply: TypeError: message content is a int"),
-    (Reply(message={"role": "assistant", "content": None, "tool_calls": "ls"}), "malformed reply: AttributeError"),
+    (Reply(message={"role": "assistant", "content": None, "tool_calls": "ls"}),
+     "malformed reply: TypeError: tool_calls is a str, not a list"),
 ])
 def test_a_reply_the_loop_cannot_use_is_a_one_line_agent_error(tmp_path: Path, reply: Reply, error: str) -> None:
     """BUG (agent.run_agent): these raised AttributeError/TypeError/JSONDecodeError out of the loop,

@@ -8,9 +8,9 @@ import socket
 from pathlib import Path
 from typing import Any
 
-import openai
 import pytest
 
+from rl_daytona.chat_client import ChatClient
 from rl_daytona.agent import run_agent
 from rl_daytona.backends.local import LocalBackend
 from rl_daytona.cli import main
@@ -37,7 +37,7 @@ def _agent(url: str, tmp_path: Path) -> Any:
     async def go() -> Any:
         backend = LocalBackend(tmp_path / "sb")
         sandbox = await backend.create("vllm-like")
-        client = openai.AsyncOpenAI(base_url=url, api_key="none", max_retries=0)
+        client = ChatClient(url, max_retries=0)
         try:
             return await run_agent(client, backend, sandbox, "fix it", Settings(model="m", max_turns=4))
         finally:

@@ -88,12 +88,11 @@ def _body(message: dict | None, token_ids: object = (1000,)) -> str:
 
 
 MALFORMED_BAD: dict[str, tuple[list[Reply], str]] = {  # name -> (script, the agent_error it must give)
-    "not JSON": ([Reply(raw_body="<html>502 Bad Gateway</html>")], "policy endpoint failed: JSONDecodeError"),
-    "no message": ([Reply(raw_body=_body(None))], "malformed reply: AttributeError: 'NoneType' object has no "
-                                                  "attribute 'content'"),
+    "not JSON": ([Reply(raw_body="<html>502 Bad Gateway</html>")], "policy endpoint failed: the reply is not JSON"),
+    "no message": ([Reply(raw_body=_body(None))], "malformed reply: TypeError: 'message' is missing, not an object"),
     "tool call without a function": ([Reply(message={"role": "assistant", "content": None,
                                                      "tool_calls": [{"id": "c1", "type": "function"}]})],
-                                     "malformed reply: AttributeError: 'NoneType' object has no attribute 'name'"),
+                                     "malformed reply: TypeError: 'function' is missing, not an object"),
     "arguments an object": ([Reply(message={"role": "assistant", "content": None, "tool_calls": [
         {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": {"command": "ls"}}}]})],
         "tool-call arguments are a dict"),
