@@ -8,9 +8,11 @@ Samples ATTEMPTS_PER_INSTANCE attempts on each of the first INSTANCES train inst
 untrained policy (one thread; `time.thread_time` around every `model.sample`), then scores the
 attempts' datums the way the trainer does (`sequence_logprobs` + `logprob_grads`) twice: with
 the process's turn memo, as the service does right after sampling, and with a memo that keeps
-nothing. Prints ms per sample and the scoring CPU of both.
+nothing. Prints ms per sample, a sha-256 of every sampled completion and its logprobs (equal
+before and after a change that must not alter the policy), and the scoring CPU of both.
 """
 
+import hashlib
 import os
 import sys
 import time
@@ -37,11 +39,14 @@ def main() -> None:
     spent = [0.0, 0]
     sample = model.sample
 
+    fingerprint = hashlib.sha256()
+
     def timed(*a, **k):  # noqa: ANN002, ANN003, ANN202
         t = time.thread_time()
         out = sample(*a, **k)
         spent[0] += time.thread_time() - t
         spent[1] += 1
+        fingerprint.update(repr((out[0], [round(x, 9) for x in out[1]])).encode())
         return out
 
     model.sample = timed  # type: ignore[method-assign]
@@ -64,6 +69,7 @@ def main() -> None:
     print(f"{taskset.name}: {len(results)} attempts, pass {np.mean([r[1] for r in results]):.3f}, "
           f"{spent[1]} samples, {1000 * spent[0] / spent[1]:.1f} ms per sample (memo hits {model.memo.hits}, "
           f"misses {model.memo.misses})")
+    print(f"samples sha-256 {fingerprint.hexdigest()[:16]} (equal before and after a change: the same samples)")
     print(f"scoring {len(datums)} datums (logprobs + gradients): {warm:.2f} CPU-s from the memo, "
           f"{cold:.2f} CPU-s without it")
 

@@ -64,7 +64,7 @@ def _attempt(client: openai.OpenAI, shell: CalcShell | None, turns: int, seed: i
         choice = resp.choices[0]
         tokens.add_turn(resp.model_extra["prompt_token_ids"], choice.model_extra["token_ids"],
                         [c.logprob for c in choice.logprobs.content])
-        version = version or _policy_version(resp)
+        version = version or _policy_version(resp.model_dump())  # the agent reads the reply as JSON
         if not choice.message.tool_calls or shell is None:
             messages.append({"role": "assistant", "content": choice.message.content or ""})
             finish = "stop"
