@@ -1,6 +1,6 @@
 """The agents' chat-completions client: POST /chat/completions on any OpenAI-compatible endpoint.
 
-    client = ChatClient(base_url, api_key, max_connections=32)   # inside a running event loop
+    client = ChatClient(base_url, api_key, max_connections=32)   # its session opens on first use
     reply = await client.complete(body)     # the ChatCompletion JSON object, a dict
     await client.close()
 
@@ -8,7 +8,7 @@ Why not the openai SDK here (it stays the reference client the endpoints are tes
 the agent posts a JSON body it already holds and reads six fields of the reply, once per turn,
 tens of thousands of times a run. On the SDK's httpx stack that POST was half of a
 RolloutActor's CPU: request building, a scan of every pooled connection per request, a typed
-reply tree. `scripts/bench_host_path.py --client openai|aiohttp` measures both on the same chats.
+reply tree. `scripts/bench_host_path.py --http openai|aiohttp` measures both on the same chats.
 vLLM's own serving benchmark posts its chat requests with aiohttp for the same reason.
 
 Invariant: `complete` returns a dict or raises `ChatError` with one line (the HTTP status and

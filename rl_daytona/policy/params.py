@@ -67,7 +67,7 @@ def index(names: tuple[str, ...], name: str) -> int:
 
 @lru_cache(maxsize=1 << 18, typed=True)
 def hashed(*parts: object) -> int:
-    """A stable (unsalted) hash bucket of a tuple of parts (hashable ones: memoised, as the
-    policy asks it of every candidate of every decision)."""
+    """A stable (unsalted) hash bucket of a tuple of parts. Memoised, as the policy asks it of
+    every candidate of every decision, so the parts must be hashable (strings, numbers, tuples)."""
     key = "\x1f".join(str(p) for p in parts).encode("utf-8")
     return zlib.crc32(key) % HASH_SIZE
