@@ -17,12 +17,12 @@ import argparse
 import asyncio
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from rl_daytona.bench.rollouts import _own_cpu as _self_cpu, _proc_cpu
 from rl_daytona.types import Settings
 
 
@@ -35,11 +35,6 @@ def _prefixes(path: Path, limit: int) -> list[list[dict]]:
             if len(out) >= limit:
                 return out[:limit]
     return out
-
-
-def _proc_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _client(url: str, prefixes: list[list[dict]], concurrency: int, http: str) -> None:
@@ -111,11 +106,6 @@ def main() -> None:
     print(f"  endpoint + tinker SDK (driver) {1000 * own / n:6.2f} ms CPU per turn")
     print(f"  local Tinker service (policy)  {1000 * sim_cpu / n:6.2f} ms CPU per turn")
     print(f"  client (the agents' HTTP, {args.http:7s}) {1000 * client / n:6.2f} ms CPU per turn")
-
-
-def _self_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def _is_child_sim(proc: Path) -> bool:
