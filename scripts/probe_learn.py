@@ -235,6 +235,7 @@ def main() -> None:
     train, heldout = taskset.split("train"), taskset.split("heldout")
     model, memo = PolicyModel(initial_params()), CompletionMemo()
     trainer = Trainer(model)
+    train_passed: dict[str, list[float]] = {}
     started = time.time()
     rate, n = evaluate(model, memo, heldout, args, 0)
     curve = [(0, rate)]
@@ -253,6 +254,8 @@ def main() -> None:
                 continue
             mixed += 1
             datums += [datum_of(rec, a) for (_, rec), a in zip(group, rewards - rewards.mean())]
+        for iid, reward, *_ in results:
+            train_passed.setdefault(iid, []).append(reward)
         turns = np.mean([t for *_, t, _ in results])
         if datums:
             trainer.forward_backward(datums, "importance_sampling")
@@ -265,6 +268,8 @@ def main() -> None:
             curve.append((step, rate))
             line += f" heldout {rate:.3f}"
         print(f"{line} ({time.time() - started:.0f}s)", flush=True)
+    print("train passed by instance:", " ".join(f"{k.split('=')[-1].rstrip(']')}:{int(sum(v))}/{len(v)}"
+                                                  for k, v in sorted(train_passed.items(), key=lambda kv: kv[0])))
     print("curve", " ".join(f"{s}:{r:.3f}" for s, r in curve))
     if args.save:
         model.save(args.save)

@@ -332,7 +332,7 @@ def _old_decision(obs: Observation, draft: Draft, line: int, allowed: tuple[int,
         rows.append([(_OLD["revertible"], float(revertible)), (_OLD["in_failing_fn"], float(failing)),
                      (_OLD["repeated_on_line"], float(repeated)), (_OLD["no_valid_new"], float(stuck)),
                      (_OLD["log_bad_tries"], math.log1p(tried))])
-        hashes.append([(P.hashed("fo", name, o), 1.0), (P.hashed("to", stripped, o), 1.0)])
+        hashes.append([(P.hashed("fo", name, o), P.OLD_GAIN), (P.hashed("to", stripped, o), P.OLD_GAIN)])
         biases.append([(o, 1.0)])
     blocks = (sparse_block("old_bias", biases), sparse_block("old_w", rows), sparse_block("old_hash", hashes))
     return Decision(candidates, blocks)
