@@ -328,36 +328,12 @@ def _old_decision(obs: Observation, draft: Draft, line: int, allowed: tuple[int,
                               or occurrences(text, o) > 1 and _puts_back(text, o, obs.original.get(line), True))
         repeated = text is not None and occurrences(text, o) > 1
         stuck = text is not None and not _has_valid_new(obs, draft, line, text, o)
-        tried = _bad_tries_of(obs, line, o)
         rows.append([(_OLD["revertible"], float(revertible)), (_OLD["in_failing_fn"], float(failing)),
-                     (_OLD["repeated_on_line"], float(repeated)), (_OLD["no_valid_new"], float(stuck)),
-                     (_OLD["log_bad_tries"], math.log1p(tried))])
+                     (_OLD["repeated_on_line"], float(repeated)), (_OLD["no_valid_new"], float(stuck))])
         hashes.append([(P.hashed("fo", name, o), P.OLD_GAIN), (P.hashed("to", stripped, o), P.OLD_GAIN)])
         biases.append([(o, 1.0)])
     blocks = (sparse_block("old_bias", biases), sparse_block("old_w", rows), sparse_block("old_hash", hashes))
     return Decision(candidates, blocks)
-
-
-def _known_bad(obs: Observation, line: int, after: str) -> bool:
-    """Whether this line's code was judged bad before: `f = ((int(k) - 1))` is `f = (int(k) - 1)`."""
-    if (line, after) in obs.bad_texts:
-        return True
-    return any(n == line and same_code(after, bad) for n, bad in obs.bad_texts)
-
-
-def _bad_tries_of(obs: Observation, line: int, old: int) -> int:
-    """How many of the line's versions judged bad changed fragment `old` of its first-seen text:
-    a coder whose two changes of one operator both failed looks at another part of the line."""
-    original = obs.original.get(line)
-    if original is None:
-        return 0
-    return sum(1 for n, bad in obs.bad_texts if n == line and _changes_fragment(original, old, bad))
-
-
-@lru_cache(maxsize=1 << 16)
-def _changes_fragment(original: str, old: int, bad: str) -> bool:
-    """Whether `bad` is `original` with its first or second match of `old` replaced."""
-    return any(same_code(bad, r) for r in replaced(original, old) + replaced_second(original, old) if r != original)
 
 
 def _new_decision(obs: Observation, draft: Draft, line: int, old: int, allowed: tuple[int, ...]) -> Decision:
@@ -375,8 +351,7 @@ def _new_decision(obs: Observation, draft: Draft, line: int, old: int, allowed: 
         reverts = bad and (same_code(after, original) or same_code(_second(text, old, r), original))
         syntax, unknown = checks(after) if after != text else (False, False)
         rows.append([(_NEW["reverts"], float(reverts)),
-                     (_NEW["known_bad"], float(after is not None and _known_bad(obs, line, after))),
-                     *_KIND_RELATION[old][r],
+                     (_NEW["known_bad"], float((line, after) in obs.bad_texts)), *_KIND_RELATION[old][r],
                      (_NEW["breaks_syntax"], float(syntax)), (_NEW["unknown_name"], float(unknown)),
                      (_NEW["no_change"], float(after == text)),
                      (_NEW["rebinds"], float(after != text and _rebinds(text, old, r)))])

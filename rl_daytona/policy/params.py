@@ -39,7 +39,7 @@ LINE_FEATURES: tuple[str, ...] = (
     "log_bad_tries", "log_fragments", "failing_fn_untouched", "calls_failing_fn",
     *(f"has_{kind}" for kind in V.KINDS),
 )
-OLD_FEATURES: tuple[str, ...] = ("revertible", "in_failing_fn", "repeated_on_line", "no_valid_new", "log_bad_tries")
+OLD_FEATURES: tuple[str, ...] = ("revertible", "in_failing_fn", "repeated_on_line", "no_valid_new")
 NEW_FEATURES: tuple[str, ...] = ("reverts", "known_bad", "same_kind", "compatible_kind", "incompatible_kind",
                                  "breaks_syntax", "unknown_name", "no_change", "rebinds")
 FLAG_FEATURES: tuple[str, ...] = ("reverts", "no_change", "breaks")

@@ -59,7 +59,7 @@ OLD_KIND_PRIOR: dict[str, float] = {
     "wrap": 0.0, "swap": 0.0, "eol": 0.3,
 }
 PATH_PRIOR: dict[str, float] = {"source": 2, "test": -4, "seen": 0.5, "has_failing_fn": 3, "focus": 1}
-OLD_PRIOR: dict[str, float] = {"revertible": 6, "repeated_on_line": -0.3, "no_valid_new": -8, "log_bad_tries": -1.5}
+OLD_PRIOR: dict[str, float] = {"revertible": 6, "repeated_on_line": -0.3, "no_valid_new": -8}
 NEW_PRIOR: dict[str, float] = {"reverts": 6, "known_bad": -8, "same_kind": 1, "compatible_kind": 0,
                                "incompatible_kind": -6,
                                "breaks_syntax": -8, "unknown_name": -6, "no_change": -6, "rebinds": -4}

@@ -200,23 +200,6 @@ def test_a_rejected_edit_is_revertible_and_its_revert_is_marked(contexts: dict[s
     assert {V.FRAGMENTS[V.fragment_of(c)] for c, names in news.items() if "reverts" in names} == {" / "}
 
 
-def test_a_fragment_whose_change_was_rejected_is_marked_once_the_line_is_back(contexts: dict[str, list[int]]) -> None:
-    obs = observe(contexts["edit_rejected"])  # line 13's ` / ` became ` // `; median still fails
-    revert = [*EDIT, V.LINE_IDS[12], _ID("s/"), V.OLD_IDS[_FRAG(" // ")], _ID("/"), V.NEW_IDS[_FRAG(" / ")],
-              _ID("flag:/"), G.MORE_ID, V.LINE_IDS[12], _ID("s/")]
-    olds = _features(_decide(obs, revert), "old_w")
-    tried = {V.FRAGMENTS[V.fragment_of(c)] for c, names in olds.items() if "log_bad_tries" in names}
-    assert tried == {" / ", " / 2"}  # both spell that change (` / 2` -> ` // 2`); the rest were never judged
-    assert E._bad_tries_of(obs, 13, _FRAG(" / ")) == 1 and E._bad_tries_of(obs, 12, _FRAG(" / ")) == 0
-
-
-def test_a_known_bad_line_is_known_by_its_code_not_its_spelling() -> None:
-    bad = "    f = (int(k) - 1)"
-    obs = Observation(bad_texts=frozenset({(39, bad)}))
-    assert E._known_bad(obs, 39, bad) and E._known_bad(obs, 39, "    f = ((int(k) - 1))")
-    assert not E._known_bad(obs, 39, "    f = (int(k) + 1)") and not E._known_bad(obs, 40, bad)
-
-
 def test_the_second_substitution_sees_the_line_as_the_first_left_it(contexts: dict[str, list[int]]) -> None:
     obs = observe(contexts["looked"])
     first = [*EDIT, V.LINE_IDS[12], _ID("s/"), V.OLD_IDS[_FRAG(" / ")], _ID("/"), V.NEW_IDS[_FRAG(" // ")],
