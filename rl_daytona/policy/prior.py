@@ -41,7 +41,10 @@ VERB_PRIOR: dict[str, dict[str, float]] = {
 }
 # Give up after GIVE_UP_TURN turns (every turn costs a test run and its output's tokens),
 # unless the last test runs are still cutting the failures ("progressing"); never past STOP_TURN.
-GIVE_UP_TURN = 7
+# A failed group teaches nothing, so a bug whose fix the prior ranks low is learned only if some
+# attempt stumbles on it: two more tries per attempt (9, not 7) found calc's off-by-one wraps in
+# every probe run (docs/bench/builtin-policy/learning.md, "Exploration").
+GIVE_UP_TURN = 9
 STOP_TURN = 11
 SLOT_PRIOR: dict[str, dict[str, float]] = {
     "flag": {"flag:/": 4, "flag:/2": 0.5, "flag:/g": -1},
@@ -55,7 +58,7 @@ LINE_PRIOR: dict[str, float] = {
 }
 OLD_KIND_PRIOR: dict[str, float] = {
     "compare": 2.0, "arith": 2.0, "assign": 1.0, "logic": 0.5, "int": 1.2, "float": 0.5, "const": 0.3,
-    "str": 0.5, "builtin": 1.2, "offset": 1.0, "index": 0.5, "call": 0.8, "pair": 0.3, "calls": 0.8,
+    "str": 0.5, "builtin": 1.2, "offset": 1.0, "index": 0.5, "call": 1.4, "pair": 0.3, "calls": 0.8,
     "wrap": 0.0, "swap": 0.0, "eol": 0.3,
 }
 PATH_PRIOR: dict[str, float] = {"source": 2, "test": -4, "seen": 0.5, "has_failing_fn": 3, "focus": 1}
