@@ -3,9 +3,14 @@
 Invariant: a pure function of (observation, completion prefix). The candidates at each byte
 are the next bytes of the known paths that fit the command (a source for an edit, any file
 for a view) and extend the bytes so far, plus the path's end once the bytes spell a whole
-one; each candidate is scored by the features of the first such path (sorted order), so the
-choice of a file is made at the first byte that tells the paths apart and the rest are forced
+one; each candidate is scored by the features of the most relevant path it leads to (`relevance`:
+one with a failing function first, then the focus, a source, a file seen, then sorted order), so
+the choice of a file is made at the first byte that tells the paths apart and the rest are forced
 (one candidate, logprob 0). With no known file the grammar's whole byte set is offered.
+
+Scoring a byte by the first path in sorted order instead made `textkit/s` stand for `seqs.py`
+when the failing function was in `strings.py`: `__init__.py` and `seqs.py` then looked alike and
+about half of the untrained policy's first edits went to the package's docstring.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ def decide_path(obs: Observation, prefix: Sequence[int], state: G.GrammarState,
     so_far = spelled(prefix)
     end = next(t for t in allowed if t < V.BYTE_OFFSET) if state.slot == "path" else None
     reps: dict[int, str] = {}
-    for path in path_choices(obs, state.verb):
+    for path in sorted(path_choices(obs, state.verb), key=lambda p: relevance(obs, p)):
         if not path.startswith(so_far):
             continue
         token = end if len(path) == len(so_far) else V.BYTE_OFFSET + ord(path[len(so_far)])
@@ -51,6 +56,14 @@ def decide_path(obs: Observation, prefix: Sequence[int], state: G.GrammarState,
         return Decision(candidates)
     rows = [[(P.PATH_FEATURES.index(name), 1.0) for name in path_flags(obs, reps[t])] for t in candidates]
     return Decision(candidates, (sparse_block("path_w", rows),))
+
+
+def relevance(obs: Observation, path: str) -> tuple[bool, bool, bool, bool, str]:
+    """A sort key, most relevant first: has a failing function, is the focus, is a source, was
+    seen, then the path itself. Independent of the weights, so a decision stays a pure function
+    of (observation, prefix) and sampling and scoring agree."""
+    flags = path_flags(obs, path)
+    return ("has_failing_fn" not in flags, "focus" not in flags, "source" not in flags, "seen" not in flags, path)
 
 
 def path_flags(obs: Observation, path: str) -> list[str]:
