@@ -51,10 +51,15 @@ SLOT_PRIOR: dict[str, dict[str, float]] = {
     "flag": {"flag:/": 4, "flag:/2": 0.5, "flag:/g": -1},
     "suffix": {V.EDIT_SUFFIXES[0]: 4, V.EDIT_SUFFIXES[1]: -1},
 }
+# A line whose edits the tests keep rejecting is left for another (`log_bad_tries`, per log of the
+# rejected texts): at -0.3, with a revert and a new try on the same line both cheap, textkit's
+# `last_index` attempts spent most of their tries on `return -1` and never reached the loop's stop.
+# -1.5 (untrained, 12 attempts per variant, scripts/probe_learn's episodes): textkit 22.6% -> 27.6%,
+# calc 26.9% -> 29.2%; -3 was no better (docs/bench/builtin-policy/learning.md, section 0).
 LINE_PRIOR: dict[str, float] = {
     "in_failing_fn": 3, "in_passing_fn": -3, "outside_fn": -5, "is_def": -5, "is_return": 0.5,
     "dirty_bad": 5, "dirty_good": -5, "fn_tried_in_command": -6, "line_reverted_in_command": 1,
-    "line_tried_in_command": -5, "log_bad_tries": -0.3, "log_fragments": 0.0, "failing_fn_untouched": 0.5,
+    "line_tried_in_command": -5, "log_bad_tries": -1.5, "log_fragments": 0.0, "failing_fn_untouched": 0.5,
     "calls_failing_fn": -3,
 }
 OLD_KIND_PRIOR: dict[str, float] = {
