@@ -9,8 +9,8 @@ the choice of a file is made at the first byte that tells the paths apart and th
 (one candidate, logprob 0). With no known file the grammar's whole byte set is offered.
 
 Scoring a byte by the first path in sorted order instead made `textkit/s` stand for `seqs.py`
-when the failing function was in `strings.py`: `__init__.py` and `seqs.py` then looked alike and
-about half of the untrained policy's first edits went to the package's docstring.
+when the failing function was in `strings.py`: `__init__.py` and `seqs.py` then looked alike, so
+an edit's file was an even bet between the package's docstring and the right module.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ SLOT_PRIOR: dict[str, dict[str, float]] = {
 }
 # A line whose edits the tests keep rejecting is left for another (`log_bad_tries`, per log of the
 # rejected texts): at -0.3, with a revert and a new try on the same line both cheap, textkit's
-# `last_index` attempts spent most of their tries on `return -1` and never reached the loop's stop.
+# `last_index` attempts spent most of their tries on `return -1` and few on the loop's stop.
 # -1.5 (untrained, 12 attempts per variant, scripts/probe_learn's episodes): textkit 22.6% -> 27.6%,
 # calc 26.9% -> 29.2%; -3 was no better (docs/bench/builtin-policy/learning.md, section 0).
 LINE_PRIOR: dict[str, float] = {
