@@ -22,7 +22,7 @@ MAX_TURN_FEATURE = 15  # turn_0 .. turn_15; a later turn shares turn_15
 # held-out; 1 and 2 are slow; 8, or 4 on the line and old keys too, is noise-driven.)
 NEW_GAIN = 4.0
 # The same for the hashed (function | line text, old) keys choosing which fragment to replace
-# (2 was probed, arm B of learning.md section 0: no better).
+# (2 was probed, arm B of learning.md section "0 (v10)": no better).
 OLD_GAIN = 1.0
 N_FRAGMENTS = len(V.FRAGMENTS)
 N_VERBS = len(G.VERB_CHOICES)

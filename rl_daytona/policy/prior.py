@@ -44,7 +44,7 @@ VERB_PRIOR: dict[str, dict[str, float]] = {
 # A failed group teaches nothing, so a bug whose fix the prior ranks low is learned only if some
 # attempt stumbles on it: two more tries per attempt (9, not 7), with `<call>` at 1.4, took calc's
 # `len(xs)` -> `(len(xs) - 1)` fixes from 0 of 40 train attempts in three of five full runs to 12-28
-# of 40 in three probe runs (docs/bench/builtin-policy/learning.md, section 0).
+# of 40 in three probe runs (docs/bench/builtin-policy/learning.md, section "0 (v10)").
 GIVE_UP_TURN = 9
 STOP_TURN = 11
 SLOT_PRIOR: dict[str, dict[str, float]] = {
