@@ -54,8 +54,8 @@ SLOT_PRIOR: dict[str, dict[str, float]] = {
 # A line whose edits the tests keep rejecting is left for another (`log_bad_tries`, per log of the
 # rejected texts): at -0.3, with a revert and a new try on the same line both cheap, textkit's
 # `last_index` attempts spent most of their tries on `return -1` and few on the loop's stop.
-# -1.5 (untrained, 12 attempts per variant, scripts/probe_learn's episodes): textkit 22.6% -> 27.6%,
-# calc 26.9% -> 29.2%; -3 was no better (docs/bench/builtin-policy/learning.md, section 0).
+# -1.5, untrained, 12 attempts per variant (docs/bench/builtin-policy/v11/probe/untrained_cover.py):
+# textkit 22.6% -> 27.6%, calc 26.9% -> 29.2%; -3 was no better (builtin-policy/learning.md, section 0).
 LINE_PRIOR: dict[str, float] = {
     "in_failing_fn": 3, "in_passing_fn": -3, "outside_fn": -5, "is_def": -5, "is_return": 0.5,
     "dirty_bad": 5, "dirty_good": -5, "fn_tried_in_command": -6, "line_reverted_in_command": 1,
