@@ -1,10 +1,10 @@
 """Untrained policy: pass rate per variant, N attempts each (episode seed 1000 + 7a + 100003v, as probe_learn runs them).
 
-    OVR="LINE_PRIOR.log_bad_tries=-1.5" PROBE_SCRIPTS=scripts python docs/bench/builtin-policy/v11/probe/untrained_cover.py textkit 12
+    OVR="LINE_PRIOR.log_bad_tries=-1.5" .venv/bin/python docs/bench/builtin-policy/v11/probe/untrained_cover.py textkit 12
 
 OVR overrides prior.py values (`DICT.key=value` or `NAME=value`, separated by `;`) before the weights are built."""
 import sys, os, numpy as np
-sys.path.insert(0, os.environ.get("PROBE_SCRIPTS", "/work/main/scripts"))
+sys.path.insert(0, os.environ.get("PROBE_SCRIPTS", os.path.join(os.path.dirname(os.path.abspath(__file__)), *[".."] * 5, "scripts")))
 import probe_learn as PL
 from concurrent.futures import ThreadPoolExecutor
 from rl_daytona.policy import prior as PR
